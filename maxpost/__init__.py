@@ -1,1 +1,12 @@
+"""Post-training for LLMs in JAX: HF converters, SFT, GRPO/GSPO/DAPO and evaluation, runnable on a CPU
+
+Modules:
+
+- `maxpost.checkpoint`: Safetensors read and written tensor by tensor, the HF ⇄ maxpost name and layout mapping, HF `config.json` ⇄ `ModelConfig`, and atomic Orbax checkpoints.
+- `maxpost.config`: One grammar for every entry point, as in MaxText: a base YAML, then the model's preset, then `key=value` overrides from the command line, validated into a typed config whose errors name the bad key.
+- `maxpost.convert.check_logits`: `python -m maxpost.convert.check_logits hf_model_path=… load_parameters_path=…`: the same batch through transformers and maxpost; exits non-zero past the limits.
+- `maxpost.convert.from_gguf`: `python -m maxpost.convert.from_gguf gguf_path=… base_output_directory=…`: a GGUF file (quantised or not) becomes an HF folder with float32 safetensors, config.json and a tokenizer, so that real models work with no model hub.
+- `maxpost.convert.to_huggingface`: `python -m maxpost.convert.to_huggingface model_name=… load_parameters_path=… base_output_directory=…`: a folder that transformers and vLLM load, bit-exact in float32.
+- `maxpost.losses`: Group-relative advantages (GRPO, Dr.GRPO, RLOO), Schulman's k1/k2/k3 KL estimators, the clipped policy loss at the token level (GRPO, DAPO, Dr.GRPO) and the sequence level (GSPO, GSPO-token), DAPO's soft overlong penalty, and named presets that set these together."""
+
 __version__ = "0.1.0"
