@@ -7,6 +7,7 @@ Modules:
 - `maxpost.convert.check_logits`: `python -m maxpost.convert.check_logits hf_model_path=… load_parameters_path=…`: the same batch through transformers and maxpost; exits non-zero past the limits.
 - `maxpost.convert.from_gguf`: `python -m maxpost.convert.from_gguf gguf_path=… base_output_directory=…`: a GGUF file (quantised or not) becomes an HF folder with float32 safetensors, config.json and a tokenizer, so that real models work with no model hub.
 - `maxpost.convert.to_huggingface`: `python -m maxpost.convert.to_huggingface model_name=… load_parameters_path=… base_output_directory=…`: a folder that transformers and vLLM load, bit-exact in float32.
+- `maxpost.demo`: `make demo` runs `python -m maxpost.demo`: on the embedded real models, with no network after setup, it imports each from GGUF, converts to maxpost and back, checks the round trip and the logits against transformers, and ends with a short report and a plot.
 - `maxpost.losses`: Group-relative advantages (GRPO, Dr.GRPO, RLOO), Schulman's k1/k2/k3 KL estimators, the clipped policy loss at the token level (GRPO, DAPO, Dr.GRPO) and the sequence level (GSPO, GSPO-token), DAPO's soft overlong penalty, and named presets that set these together.
 - `maxpost.sharding`: A two-axis device mesh (`fsdp`, `tensor`) with MaxText's names, and the rules that map the model's logical parameter axes onto it."""
 

