@@ -93,7 +93,7 @@ def test_internal_links_resolve(site):
             if target not in ids or (frag and frag not in ids[target][0]): bad.append(f'{f.name}: {href}')
     assert not bad, bad[:20]
 
-def test_index_links_model_and_converters(site, chromium, tmp_path):
+def test_index_links_model_and_converters(chromium, site, tmp_path):
     dom = dump_dom(chromium, tmp_path, site / 'index.html')
     hrefs = {a['href'] for a in dom.find_all('a', href=True)}
     assert '01_model.html' in hrefs, sorted(hrefs)
@@ -104,7 +104,7 @@ def test_index_links_model_and_converters(site, chromium, tmp_path):
     assert dom.find('nav', class_='sidebar').find('a', href='01_model.html').get_text(strip=True)
 
 @pytest.mark.parametrize('stem', sorted(API))
-def test_api_docs_rendered(site, chromium, tmp_path, stem):
+def test_api_docs_rendered(chromium, site, tmp_path, stem):
     dom = dump_dom(chromium, tmp_path, site / f'{stem}.html')
     main = dom.find('main')
     text = main.get_text('\n')
@@ -117,7 +117,7 @@ def test_api_docs_rendered(site, chromium, tmp_path, stem):
     assert 'show_doc(' not in text and '#| export' not in text and '#| hide' not in text
     assert main.find('a', class_='source-link') is not None
 
-def test_screenshots_are_not_blank(site, chromium, tmp_path):
+def test_screenshots_are_not_blank(chromium, site, tmp_path):
     from PIL import Image
     for page in ('index.html', '01_model.html'):
         png = tmp_path / (page + '.png')
