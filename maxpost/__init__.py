@@ -9,6 +9,10 @@ Modules:
 - `maxpost.convert.to_huggingface`: `python -m maxpost.convert.to_huggingface model_name=… load_parameters_path=… base_output_directory=…`: a folder that transformers and vLLM load, bit-exact in float32.
 - `maxpost.demo`: `make demo` runs `python -m maxpost.demo`: on the embedded real models, with no network after setup, it imports each from GGUF, converts to maxpost and back, checks the round trip and the logits against transformers, and ends with a short report and a plot.
 - `maxpost.losses`: Group-relative advantages (GRPO, Dr.GRPO, RLOO), Schulman's k1/k2/k3 KL estimators, the clipped policy loss at the token level (GRPO, DAPO, Dr.GRPO) and the sequence level (GSPO, GSPO-token), DAPO's soft overlong penalty, and named presets that set these together.
-- `maxpost.sharding`: A two-axis device mesh (`fsdp`, `tensor`) with MaxText's names, and the rules that map the model's logical parameter axes onto it."""
+- `maxpost.rl`: The RL loop: rollouts from an engine, TRL-style rewards, group advantages, the clipped policy loss with true old log-probs over several iterations, a KL term to a reference model that costs no second copy under LoRA, entropy computed in chunks, and Orbax checkpoints that resume a killed run exactly.
+- `maxpost.sft`: Masked token-mean cross-entropy computed in chunks so that a 262k vocabulary never becomes a [batch, length, vocab] array, AdamW with warmup and cosine decay, gradient accumulation, native LoRA on the stacked layers, FSDP × tensor sharding, and Orbax checkpoints that resume a killed run exactly.
+- `maxpost.sharding`: A two-axis device mesh (`fsdp`, `tensor`) with MaxText's names, and the rules that map the model's logical parameter axes onto it.
+- `maxpost.train_rl`: `python -m maxpost.train_rl model_name=… load_parameters_path=… run_name=… base_output_directory=… loss_algo=…`: GRPO / GSPO / DAPO / Dr.GRPO from the command line, MaxText's grammar, evaluated before and after, resumable.
+- `maxpost.train_sft`: `python -m maxpost.train_sft model_name=… load_parameters_path=… run_name=… base_output_directory=…`: supervised fine-tuning (full or LoRA) from the command line, MaxText's grammar, resumable."""
 
 __version__ = "0.1.0"
