@@ -48,12 +48,17 @@ def test_rl_raises_accuracy_above_noise(sft_params, algo):
         assert k in rec[0] and np.isfinite(rec[0][k]), k
     if algo == "grpo": assert "kl" in rec[0] and rec[-1]["kl"] > 0     # beta = 0.04 in the grpo preset
 
-def test_one_iteration_ratio_is_one(sft_params):
-    "num_iterations=1, one minibatch: the policy that sampled is the one updated, ratio exactly 1, no clipping."
+def test_dapo_one_iteration(sft_params):
+    """DAPO preset, num_iterations=1, one minibatch: the policy that sampled is the one updated, so the ratio is exactly
+    1 and nothing clips; dynamic sampling logs the groups it dropped and refills the batch (flat groups only remain
+    when the rounds run out); no KL term (beta = 0)."""
     from maxpost.rl import addition_experiment
-    r = addition_experiment(sft_params, "grpo", steps=2, num_iterations=1)
+    r = addition_experiment(sft_params, "dapo", steps=3, num_iterations=1, max_dynamic_sampling_rounds=8)
     for m in r["records"]:
         assert m["last_ratio_min"] == m["last_ratio_max"] == 1.0 and m["clip_frac"] == 0.0, m
+        assert "kl" not in m and m["dropped_groups"] >= 0
+        assert m["frac_reward_zero_std"] == 0.0 or m["rollout_rounds"] == 9, m
+    print([(m["dropped_groups"], m["rollout_rounds"]) for m in r["records"]])
 
 def _env(tmp: Path) -> dict:
     return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"))
