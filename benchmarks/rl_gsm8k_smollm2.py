@@ -6,6 +6,8 @@ Trains with `maxpost.rl.train` (the code of `python -m maxpost.train_rl`) for `-
 evaluates greedily on a fixed slice of the GSM8K test split (`num_eval_rows`, first rows) before and after, and prints
 accuracy and format accuracy with 95% Wilson intervals and the fraction of step time spent in rollout, reward,
 reference/old log-probs, update and weight sync. Extra `key=value` arguments override the config (maxpost.rl.RLConfig).
+`remat_policy=full` is on: without it the backward pass of 16 rows × 576 tokens keeps every layer's attention
+probabilities and asked for a 28.7 GB buffer on the 24 GB development machine (measured, see RESULTS_rl.md).
 """
 import argparse, json, sys, time
 from pathlib import Path
@@ -26,7 +28,7 @@ def main():
     base = ["model_name=smollm2-135m", f"load_parameters_path={hf}", f"base_output_directory={a.out}",
             f"run_name=smollm2_grpo_lora_{int(time.time())}", "loss_algo=grpo", "use_lora=true", "lora_rank=16",
             "lora_alpha=32", "learning_rate=5e-5", "batch_size=4", "num_generations=4",
-            "max_prefill_predict_length=320", "max_completion_length=256", "num_eval_rows=32",
+            "max_prefill_predict_length=320", "max_completion_length=256", "num_eval_rows=32", "remat_policy=full",
             "reward_functions=gsm8k_answer,gsm8k_exact_format,gsm8k_approx_format", "reward_weights=1,0.5,0.25",
             "steps=100000", f"max_train_seconds={a.minutes * 60}", "checkpoint_period=1000000", "save_model=false",
             "enable_tqdm=false"]
