@@ -55,7 +55,7 @@ def test_parity_bf16(converted):
 def test_kv_cache_decode_matches_forward(converted):
     "Prefill a long prompt, then decode token by token with the cache; logits equal the full forward pass."
     import jax, jax.numpy as jnp
-    from maxpost.model import init_cache, positions_from_mask
+    from maxpost.model import init_cache, positions_from_mask, forward_fn
     name, hf, ck, back = converted
     model = load_model(ck)
     rng = np.random.default_rng(0)
@@ -63,8 +63,8 @@ def test_kv_cache_decode_matches_forward(converted):
     toks = rng.integers(10, 1000, (2, T))
     mask = np.ones((2, T), np.int32); mask[1, :5] = 0          # second row left-padded
     pos = positions_from_mask(jnp.asarray(mask))
-    full, _ = jax.jit(lambda t, p, s: model(t, p, s))(jnp.asarray(toks), pos, jnp.asarray(mask))
-    step = jax.jit(lambda t, p, s, c: model(t, p, s, cache=c))
+    step = forward_fn(model)
+    full, _ = step(jnp.asarray(toks), pos, jnp.asarray(mask))
     cache = init_cache(model.cfg, 2, T)
     out, cache = step(jnp.asarray(toks[:, :P]), pos[:, :P], jnp.asarray(mask[:, :P]), cache)
     outs = [out]
