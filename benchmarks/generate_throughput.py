@@ -2,8 +2,9 @@
 and workload: `--prompts` GSM8K test questions through the model's chat template, `--n` samples each, exactly
 `--max-tokens` new tokens per sample (no stop token, so every engine decodes the same number of tokens), temperature 1,
 no top-k/top-p. Each engine runs in its own subprocess (fresh memory and threads), one after the other; each gets one
-untimed warm-up call first (the native engine's compile, vLLM's and oneDNN's first-call set-up). The vLLM worker also
-times `sync_weights` of the model's params against one numpy copy of the same bytes.
+untimed warm-up call first (the native engine's compile, vLLM's and oneDNN's first-call set-up). Workers run with
+OMP_WAIT_POLICY=PASSIVE unless the caller sets it. The vLLM worker also times `sync_weights` of the model's params
+against one numpy copy of the same bytes.
 
 Run it in .venv-vllm, which has all three engines:
     .venv-vllm/bin/python benchmarks/generate_throughput.py [--models smollm2-135m gemma3-270m] [--dtype float32]
@@ -111,12 +112,16 @@ def main():
     a = p.parse_args()
     if a.worker: return worker(a)
     results = {}
+    # torch's OpenMP threads (vLLM, transformers) spin while waiting for work; on a machine with more runnable threads
+    # than cores that costs 10x (measured), so every worker gets OMP_WAIT_POLICY=PASSIVE (JAX does not use OpenMP)
+    env = dict(os.environ); env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    print(f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']}; load average before: {os.getloadavg()}", flush=True)
     for m in a.models:
         for e in a.engines:
             cmd = [sys.executable, __file__, "--worker", e, "--models", m, "--dtype", a.dtype, "--prompts", str(a.prompts),
                    "--n", str(a.n), "--max-tokens", str(a.max_tokens), "--kv-cache-gib", str(a.kv_cache_gib)]
             t0 = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
             lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
             if r.returncode or not lines:
                 print(f"{m} {e}: FAILED (exit {r.returncode})\n{r.stderr[-3000:]}", flush=True)
