@@ -83,6 +83,11 @@ def worker_smollm2(dtype: str) -> dict:
     alone = eng.generate(prompts[:1], sp)
     other = eng.generate(prompts, SamplingParams(temperature=1.0, top_p=0.95, max_tokens=24, n=3, seed=2))
     ids = lambda rs: [r.token_ids for r in rs]
+    # 64 seeded rows whose prompts (~11k tokens) exceed one step's token budget: no chunked prefill (whose discarded
+    # samples rewind CPU generators, which vLLM 0.32 cannot do), every row gets its tokens
+    many = eng.generate(_gsm8k_prompts(eng.tokenizer, 8), SamplingParams(temperature=1.0, max_tokens=3, n=8, seed=3,
+                                                                           stop_token_ids=()))
+    out["many_rows"] = dict(n=len(many), lengths=sorted({len(r.token_ids) for r in many}))
     out["seed"] = dict(same=ids(a) == ids(again), alone_same=ids(a)[:3] == ids(alone),
                        n_differ_other_seed=sum(x != y for x, y in zip(ids(a), ids(other))), n=len(a),
                        distinct_samples_prompt0=len({tuple(t) for t in ids(a)[:3]}))
@@ -202,6 +207,7 @@ def test_seed_reproducible(smol_fp32):
     assert s["same"] and s["alone_same"], s
     assert s["n_differ_other_seed"] >= s["n"] - 1, s
     assert s["distinct_samples_prompt0"] >= 2, s
+    assert smol_fp32["many_rows"] == {"n": 64, "lengths": [3]}, smol_fp32["many_rows"]
 
 def test_sync_fp32_smollm2(smol_fp32):
     r = smol_fp32
