@@ -6,6 +6,11 @@ Trains with `maxpost.rl.train` (the code of `python -m maxpost.train_rl`) for `-
 evaluates greedily on a fixed slice of the GSM8K test split (`num_eval_rows`, first rows) before and after, and prints
 accuracy and format accuracy with 95% Wilson intervals and the fraction of step time spent in rollout, reward,
 reference/old log-probs, update and weight sync. Extra `key=value` arguments override the config (maxpost.rl.RLConfig).
+Defaults (each overridable): GRPO with β = 0 (no reference pass: the budget goes to rollouts and updates), LoRA
+rank 16 / α 32 at lr 5e-4, 2 prompts × 8 samples per step, one solved GSM8K train example before each question
+(`few_shot=1`: with the bare prompt, SmolLM2-135M never wrote a format tag in 48 samples at temperature 1, so every
+group had zero reward variance and nothing could be learned; with the example about 30 % of samples earn partial
+format credit), completions of at most 160 tokens, rewards answer + exact format + per-tag format, weighted 1:1:1.
 `remat_policy=full` is on: without it the backward pass of 16 rows × 576 tokens keeps every layer's attention
 probabilities and asked for a 28.7 GB buffer on the 24 GB development machine (measured, see RESULTS_rl.md).
 """
@@ -26,12 +31,12 @@ def main():
     import jax
     hf = embedded_hf("smollm2-135m")
     base = ["model_name=smollm2-135m", f"load_parameters_path={hf}", f"base_output_directory={a.out}",
-            f"run_name=smollm2_grpo_lora_{int(time.time())}", "loss_algo=grpo", "use_lora=true", "lora_rank=16",
-            "lora_alpha=32", "learning_rate=5e-5", "batch_size=4", "num_generations=4",
-            "max_prefill_predict_length=320", "max_completion_length=256", "num_eval_rows=32", "remat_policy=full",
-            "reward_functions=gsm8k_answer,gsm8k_exact_format,gsm8k_approx_format", "reward_weights=1,0.5,0.25",
-            "steps=100000", f"max_train_seconds={a.minutes * 60}", "checkpoint_period=1000000", "save_model=false",
-            "enable_tqdm=false"]
+            f"run_name=smollm2_grpo_lora_{int(time.time())}", "loss_algo=grpo", "beta=0", "use_lora=true",
+            "lora_rank=16", "lora_alpha=32", "learning_rate=5e-4", "batch_size=2", "num_generations=8",
+            "few_shot=1", "max_prefill_predict_length=320", "max_completion_length=160", "num_eval_rows=128",
+            "remat_policy=full", "reward_functions=gsm8k_answer,gsm8k_exact_format,gsm8k_approx_format",
+            "reward_weights=1,1,1", "steps=100000", f"max_train_seconds={a.minutes * 60}",
+            "checkpoint_period=1000000", "save_model=false", "enable_tqdm=false", "log_completions=4"]
     cfg = load_config(RLConfig, base + a.overrides, base_yaml=default_config())
     t0 = time.perf_counter()
     res = train(cfg)

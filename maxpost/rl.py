@@ -62,6 +62,7 @@ class RLConfig(Config):
     prompt_column: str = "question"
     answer_column: str = "answer"               # must exist: reward functions get it as a keyword column
     prompt_template: str = "maxtext_gsm8k"      # maxpost.rewards.PROMPT_TEMPLATES
+    few_shot: int = 0                           # solved GSM8K train rows (the first k, never trained on) before each prompt
     num_train_rows: int = -1
     num_eval_rows: int = 64
     data_shuffle_seed: int = 0
@@ -163,6 +164,9 @@ def check_config(cfg: RLConfig) -> LossConfig:
     n = jax.device_count()
     if cfg.chips_per_vm < 0 or cfg.chips_per_vm > n:
         raise ConfigError(f"chips_per_vm={cfg.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})")
+    if cfg.few_shot < 0: raise ConfigError(f"few_shot must be >= 0, got {cfg.few_shot}")
+    if cfg.few_shot and cfg.dataset_type != "gsm8k":
+        raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k")
     from maxpost.generate import check_engine
     check_engine(cfg.rollout_engine)
     lc = loss_config(cfg)
@@ -248,8 +252,11 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     from maxpost.rewards import build_prompt
     from maxpost.generate import chat_prompt_ids
     out, skipped = [], 0
+    shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
+    if shots and split == cfg.train_split: rows = rows[cfg.few_shot:]     # the examples are not trained on
     for r in rows:
-        ids = chat_prompt_ids(tokenizer, build_prompt(r[cfg.prompt_column], cfg.prompt_template))
+        ids = chat_prompt_ids(tokenizer, build_prompt(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot,
+                                                      few_shot_examples=shots))
         if len(ids) > cfg.max_prefill_predict_length: skipped += 1; continue
         out.append(dict(r, prompt=r[cfg.prompt_column], prompt_ids=ids))
     if not out: raise ValueError(f"every {split} prompt is longer than max_prefill_predict_length="
@@ -552,7 +559,7 @@ def evaluate_gsm8k(engine, tokenizer, rows: list, cfg: RLConfig, seed: int, out_
     from maxpost.evaluate import evaluate
     K, temp = cfg.eval_num_samples, cfg.eval_temperature
     ecfg = dict(eval_mode="pass_at_1" if K == 1 and temp == 0 else "pass", num_eval_passes=K, temperature=temp,
-                template=cfg.prompt_template, max_tokens=cfg.max_completion_length, seed=seed,
+                template=cfg.prompt_template, few_shot=cfg.few_shot, max_tokens=cfg.max_completion_length, seed=seed,
                 batch_size=cfg.batch_size * cfg.num_generations, max_prefill_length=cfg.max_prefill_predict_length)
     qa = [{"question": r[cfg.prompt_column], "answer": r[cfg.answer_column]} for r in rows]
     summary, _ = evaluate(engine, tokenizer, qa, ecfg, out_dir=out_dir, progress=False)
