@@ -71,8 +71,8 @@ def wilson_interval(successes, n, z: float = 1.96) -> tuple[float, float]:
         denom = 1 + z**2 / n
         center = (p + z**2 / (2 * n)) / denom
         half = z / denom * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
-        lo = np.where(n > 0, np.clip(center - half, 0.0, 1.0), 0.0)
-        hi = np.where(n > 0, np.clip(center + half, 0.0, 1.0), 1.0)
+        lo = np.where(n > 0, np.clip(np.minimum(center - half, p), 0.0, 1.0), 0.0)   # p inside, also when
+        hi = np.where(n > 0, np.clip(np.maximum(center + half, p), 0.0, 1.0), 1.0)   # rounding says otherwise
     return (float(lo), float(hi)) if lo.ndim == 0 else (lo, hi)
 
 def bootstrap_ci(per_problem_values, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05,

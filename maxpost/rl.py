@@ -617,7 +617,7 @@ def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None)
         x = np.arange(len(keys))
         for off, (lab, s) in zip((-0.2, 0.2), (("before", before), ("after", after))):
             m = np.array([s[k]["mean"] for k in keys])
-            err = np.array([[m[i] - s[k]["lo"], s[k]["hi"] - m[i]] for i, k in enumerate(keys)]).T
+            err = np.array([[max(m[i] - s[k]["lo"], 0.0), max(s[k]["hi"] - m[i], 0.0)] for i, k in enumerate(keys)]).T
             ax.bar(x + off, m, 0.4, yerr=err, label=lab, capsize=3)
         ax.set_xticks(x, keys, rotation=20); ax.legend(); ax.set_title("evaluation before / after RL (95% CI)")
         fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); plt.close(fig); paths.append(str(p))
