@@ -21,10 +21,10 @@ from .model import (Decoder, LAYER_KEYS, _act, _softcap, apply_rope, init_cache,
                            rope_cos_sin, rope_inv_freq)
 
 # %% auto #0
-__all__ = ['ENGINES', 'SamplingParams', 'GenerationResult', 'Engine', 'load_tokenizer', 'default_stop_token_ids', 'encode_prompt',
-           'chat_prompt_ids', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length', 'bucket_batch',
-           'decode_step', 'trace_count', 'NativeEngine', 'EngineUnavailableError', 'check_engine', 'make_engine',
-           'benchmark']
+__all__ = ['DECODE_BLOCK', 'ENGINES', 'SamplingParams', 'GenerationResult', 'Engine', 'load_tokenizer', 'default_stop_token_ids',
+           'encode_prompt', 'chat_prompt_ids', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens',
+           'bucket_length', 'bucket_batch', 'decode_weights', 'decode_blocks', 'rope_tables', 'decode_step',
+           'trace_count', 'NativeEngine', 'EngineUnavailableError', 'check_engine', 'make_engine', 'benchmark']
 
 # %% ../nbs/06_generate.ipynb #d935837f
 @dataclass(frozen=True)
@@ -135,8 +135,10 @@ def inverse_cdf_sample(z, u, block: int = 256):
     rem = t - (take(cb, blk) - take(bs, blk))                            # target within the block
     pb = jnp.take_along_axis(p, blk[:, None, None], axis=1)[:, 0]        # [B, block]
     j = jnp.minimum(jnp.sum(jnp.cumsum(pb, axis=-1) <= rem[:, None], axis=-1), block - 1)
-    ok = take(pb, j) > 0
-    return jnp.where(ok, blk * block + j, jnp.argmax(z, axis=-1)).astype(jnp.int32)
+    ok = take(pb, j) > 0                                                 # false only after rounding at the very end
+    tok = (blk * block + j).astype(jnp.int32)
+    fix = lambda tok: jnp.where(ok, tok, jnp.argmax(z, axis=-1).astype(jnp.int32))   # a full pass over V: only if needed
+    return jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
 
 def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False):
     """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
@@ -170,54 +172,105 @@ def bucket_batch(n: int, maximum: int | None = None) -> int:
     return min(b, maximum) if maximum else b
 
 # %% ../nbs/06_generate.ipynb #cba5e693
-def decode_step(model: Decoder, kc, vc, seg, end, tok, pos):
-    """One token per row through every layer. kc, vc [L, B, K, S, hd] (slot `end` gets this token's keys/values);
-    seg [B, S] (0 = padding); end int (the new token's slot); tok, pos [B]. Returns (last hidden [B, d], kc, vc)."""
-    cfg, dt = model.cfg, model.dtype
-    B, S = tok.shape[0], kc.shape[3]
-    K, G, hd = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-    eps, p1 = cfg.rms_norm_eps, cfg.norm_plus_one
-    x = model.embed_tokens(tok[:, None])                                    # [B, 1, d]
-    slots = jnp.arange(S)
-    visible = (seg > 0) & (slots[None, :] <= end)                           # [B, S] causal by slot, not padding
-    full = visible[:, None, None, :]                                        # [B, 1, 1, S]
-    slide = (visible & (end - slots[None, :] < cfg.sliding_window))[:, None, None, :] if cfg.sliding_window else full
-    cos_g, sin_g = rope_cos_sin(pos[:, None], rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling), dt)
-    if cfg.rope_local_theta is not None:
-        cos_l, sin_l = rope_cos_sin(pos[:, None], rope_inv_freq(hd, cfg.rope_local_theta), dt)
-    else: cos_l, sin_l = cos_g, sin_g
-    layer_params = {k: getattr(model, k)[...].astype(dt) for k in LAYER_KEYS if hasattr(model, k)}
+def decode_weights(model: Decoder) -> list[dict]:
+    """The layer weights as the decode step uses them, one dict per layer: q/k/v fused into `wqkv` [d, (H + 2K)·hd],
+    `wo` [H·hd, d], gate/up fused into `wgu` [d, 2F], `w_down` [F, d], and the norms. Built once per generate call."""
+    cfg, dt, L = model.cfg, model.dtype, model.cfg.num_layers
+    get = lambda k: getattr(model, k)[...].astype(dt)
+    flat = lambda w: w.reshape(L, w.shape[1], -1)                           # [L, d, n, hd] -> [L, d, n·hd]
+    fused = dict(wqkv=jnp.concatenate([flat(get("wq")), flat(get("wk")), flat(get("wv"))], -1),
+                 wo=get("wo").reshape(L, -1, cfg.hidden_size),
+                 wgu=jnp.concatenate([get("w_gate"), get("w_up")], -1), w_down=get("w_down"))
+    fused |= {k: get(k) for k in ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm", "q_norm", "k_norm")
+              if hasattr(model, k)}
+    return [{k: v[l] for k, v in fused.items()} for l in range(L)]
 
-    def layer(carry, xs):
-        x, kc, vc, l = carry
-        p, is_sl = xs
-        h = rms_norm(x, p["attn_norm"], eps, p1)
-        q = jnp.einsum("btd,dnh->btnh", h, p["wq"])                         # [B, 1, H, hd]
-        k = jnp.einsum("btd,dnh->btnh", h, p["wk"])                         # [B, 1, K, hd]
-        v = jnp.einsum("btd,dnh->btnh", h, p["wv"])
+DECODE_BLOCK = 64   # slots per block of the rows' own cache; blocks after the current slot are skipped
+
+def decode_blocks(n: int, block: int = DECODE_BLOCK) -> list[int]:
+    "Sizes of the blocks that make up an n-slot decode cache."
+    return [block] * (n // block) + ([n % block] if n % block else [])
+
+def rope_tables(cfg, length: int, dtype) -> dict:
+    "cos, sin [length, hd] of every position below `length`, for global (False) and sliding (True) layers."
+    pos = jnp.arange(length)[None]
+    out = {False: tuple(a[0] for a in rope_cos_sin(pos, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), dtype))}
+    out[True] = (tuple(a[0] for a in rope_cos_sin(pos, rope_inv_freq(cfg.head_dim, cfg.rope_local_theta), dtype))
+                 if cfg.rope_local_theta is not None else out[False])
+    return out
+
+def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, pos, rope: dict):
+    """One token per row through every layer.
+    w: `decode_weights(model)`. prefix: (keys, values), one [U, K, hd, T] / [U, K, T, hd] pair per layer, the prompts'
+    cache, shared by the R = B / U rows (samples) of each prompt (row b belongs to prompt b // R). cache: (keys,
+    values), per layer a tuple of blocks [B, K, hd, n_j] / [B, K, n_j, hd] (`decode_blocks`), the rows' own tokens;
+    this token goes to slot `step`. seg [U, T] (0 = padding); tok, pos [B]; rope: `rope_tables`.
+    Returns (last hidden [B, d], cache)."""
+    cfg, dt = model.cfg, model.dtype
+    B = tok.shape[0]
+    U, T = seg.shape
+    R, K, H, hd = B // U, cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
+    G = H // K
+    eps, p1, f32 = cfg.rms_norm_eps, cfg.norm_plus_one, jnp.float32
+    sizes = [b.shape[-1] for b in cache[0][0]]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    x = model.embed_tokens(tok)                                             # [B, d]
+    # visibility of prompt slot t and own slot n from this token's slot T + step
+    t = jnp.arange(T)
+    pmask = {False: (seg > 0)[:, None, None, :]}                            # [U, 1, 1, T]
+    dmask = {False: [(s0 + jnp.arange(n) <= step)[None, None, None, :] for s0, n in zip(starts, sizes)]}
+    if cfg.sliding_window:
+        pmask[True] = pmask[False] & (T + step - t < cfg.sliding_window)[None, None, None, :]
+        dmask[True] = [mk & (step - s0 - jnp.arange(n) < cfg.sliding_window)[None, None, None, :]
+                       for mk, s0, n in zip(dmask[False], starts, sizes)]
+    cs = {sl: (c[pos][:, None], s[pos][:, None]) for sl, (c, s) in rope.items()}   # [B, 1, hd]
+    to_groups = lambda a: a.reshape(U, R, K, *a.shape[2:]).swapaxes(1, 2).reshape(U, K, R * G, *a.shape[3:])
+    to_rows = lambda a: a.reshape(U, K, R, G, *a.shape[3:]).swapaxes(1, 2).reshape(B, K, G, *a.shape[3:])
+    # a block is used once the current slot reaches it; unused blocks skip their matmuls (lax.cond)
+    used = [step >= s0 for s0 in starts]
+    skip = lambda shape: (lambda *_: jnp.zeros(shape, f32))
+    keys, values = [list(b) for b in cache[0]], [list(b) for b in cache[1]]
+    for l, p in enumerate(w):
+        sl = bool(cfg.is_sliding[l])
+        h = rms_norm(x, p["attn_norm"], eps, p1) @ p["wqkv"]               # [B, (H + 2K)·hd]
+        q = h[:, :H * hd].reshape(B, 1, H, hd)
+        k = h[:, H * hd:(H + K) * hd].reshape(B, 1, K, hd)
+        v = h[:, (H + K) * hd:].reshape(B, K, 1, hd)
         if cfg.qk_norm: q, k = rms_norm(q, p["q_norm"], eps, p1), rms_norm(k, p["k_norm"], eps, p1)
-        cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        kc = jax.lax.dynamic_update_slice(kc, k.transpose(0, 2, 1, 3)[None].astype(kc.dtype), (l, 0, 0, end, 0))
-        vc = jax.lax.dynamic_update_slice(vc, v.transpose(0, 2, 1, 3)[None].astype(vc.dtype), (l, 0, 0, end, 0))
-        kl, vl = kc[l].astype(dt), vc[l].astype(dt)                         # [B, K, S, hd]
-        s = jnp.einsum("bkgh,bksh->bkgs", q[:, 0].reshape(B, K, G, hd), kl,
-                       preferred_element_type=jnp.float32) * cfg.attn_scale  # [B, K, G, S]
-        s = _softcap(s, cfg.attn_logit_softcapping)
-        s = jnp.where(jnp.where(is_sl, slide, full), s, jnp.finfo(jnp.float32).min)
-        w = jax.nn.softmax(s, axis=-1).astype(dt)
-        o = jnp.einsum("bkgs,bksh->bkgh", w, vl).reshape(B, 1, cfg.num_heads, hd)
-        o = jnp.einsum("btnh,nhd->btd", o, p["wo"])
+        q, k = apply_rope(q, *cs[sl]), apply_rope(k, *cs[sl])
+        k = k.reshape(B, K, hd, 1)
+        for j, (s0, n) in enumerate(zip(starts, sizes)):                    # write slot `step` into its block
+            at, inside = jnp.clip(step - s0, 0, n - 1), (step >= s0) & (step < s0 + n)
+            kb, vb = keys[l][j], values[l][j]
+            keys[l][j] = jax.lax.dynamic_update_slice(
+                kb, jnp.where(inside, k.astype(kb.dtype), jax.lax.dynamic_slice(kb, (0, 0, 0, at), k.shape)), (0, 0, 0, at))
+            values[l][j] = jax.lax.dynamic_update_slice(
+                vb, jnp.where(inside, v.astype(vb.dtype), jax.lax.dynamic_slice(vb, (0, 0, at, 0), v.shape)), (0, 0, at, 0))
+        q = q.reshape(B, K, G, hd)
+        # scores: each prompt's keys against all R·G query heads of its rows at once; own keys per row, by block
+        sp = jnp.einsum("ukmh,ukht->ukmt", to_groups(q), prefix[0][l], preferred_element_type=f32) * cfg.attn_scale
+        sp = jnp.where(pmask[sl], _softcap(sp, cfg.attn_logit_softcapping), -jnp.inf)   # [U, K, R·G, T]
+        sd = [jax.lax.cond(u, lambda q, kb: jnp.einsum("bkgh,bkhn->bkgn", q, kb, preferred_element_type=f32),
+                           skip((B, K, G, n)), q, kb) * cfg.attn_scale for u, kb, n in zip(used, keys[l], sizes)]
+        sd = [jnp.where(mk, _softcap(s, cfg.attn_logit_softcapping), -jnp.inf) for s, mk in zip(sd, dmask[sl])]
+        # one softmax over all parts (slot `step` is always visible, so m is finite)
+        m = to_rows(sp.max(-1))
+        for s in sd: m = jnp.maximum(m, s.max(-1))                          # [B, K, G]
+        ep, ed = jnp.exp(sp - to_groups(m)[..., None]), [jnp.exp(s - m[..., None]) for s in sd]
+        den = to_rows(ep.sum(-1)) + sum(e.sum(-1) for e in ed)
+        o = to_rows(jnp.einsum("ukmt,ukth->ukmh", ep.astype(dt), prefix[1][l], preferred_element_type=f32))
+        for u, e, vb in zip(used, ed, values[l]):
+            o = o + jax.lax.cond(u, lambda e, vb: jnp.einsum("bkgn,bknh->bkgh", e, vb, preferred_element_type=f32),
+                                 skip((B, K, G, hd)), e.astype(dt), vb)
+        o = (o / den[..., None]).astype(dt).reshape(B, H * hd) @ p["wo"]
         if cfg.sandwich_norm: o = rms_norm(o, p["post_attn_norm"], eps, p1)
         x = x + o
-        h = rms_norm(x, p["mlp_norm"], eps, p1)
-        h = _act(cfg.activation)(jnp.einsum("btd,df->btf", h, p["w_gate"])) * jnp.einsum("btd,df->btf", h, p["w_up"])
-        h = jnp.einsum("btf,fd->btd", h, p["w_down"])
+        gu = rms_norm(x, p["mlp_norm"], eps, p1) @ p["wgu"]
+        F = gu.shape[-1] // 2
+        h = (_act(cfg.activation)(gu[:, :F]) * gu[:, F:]) @ p["w_down"]
         if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
-        return (x + h, kc, vc, l + 1), None
-
-    (x, kc, vc, _), _ = jax.lax.scan(layer, (x, kc, vc, jnp.int32(0)), (layer_params, jnp.asarray(cfg.is_sliding)))
-    return rms_norm(x, model.final_norm[...], eps, p1)[:, 0], kc, vc
+        x = x + h
+    return rms_norm(x, model.final_norm[...], eps, p1), (tuple(map(tuple, keys)), tuple(map(tuple, values)))
 
 _TRACE_COUNT = [0]   # how many times the generation program was traced (a compile per new shape)
 
@@ -226,21 +279,27 @@ def trace_count() -> int:
     return _TRACE_COUNT[0]
 
 @partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs"))
-def _generate_batch(state, tokens, segment_ids, row_src, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
+def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
                     top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool):
-    """Prefill + decode loop. tokens/segment_ids [U, T] left-padded distinct prompts; row_src [B] (prompt of each row);
-    real [B] bool; row_ids [B, 2] (prompt index, sample index); stop_ids [E] (-1 = unused).
-    Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
+    """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
+    (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (prompt index, sample index); stop_ids [E] (-1 =
+    unused). Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
+    cfg = model.cfg
     U, T = tokens.shape
-    B, N = row_src.shape[0], max_new
+    B, N = real.shape[0], max_new
+    R = B // U
     positions = positions_from_mask((segment_ids > 0).astype(jnp.int32))           # [U, T]
-    hidden, pre = model(tokens, positions, segment_ids, init_cache(model.cfg, U, T, model.dtype), return_hidden=True)
-    logits = model.logits(hidden[:, -1])[row_src]                                 # [B, V] float32
-    grow = lambda c: jnp.pad(c[:, row_src].transpose(0, 1, 3, 2, 4), ((0, 0), (0, 0), (0, 0), (0, N), (0, 0)))
-    kc, vc = grow(pre["k"]), grow(pre["v"])                                       # [L, B, K, T + N, hd]
-    seg = jnp.concatenate([segment_ids[row_src], jnp.ones((B, N), jnp.int32)], axis=1)  # [B, T + N]
+    hidden, pre = model(tokens, positions, segment_ids, init_cache(cfg, U, T, model.dtype), return_hidden=True)
+    logits = jnp.repeat(model.logits(hidden[:, -1]), R, axis=0)                   # [B, V] float32
+    pk, pv = pre["k"].transpose(0, 1, 3, 4, 2), pre["v"].transpose(0, 1, 3, 2, 4)  # [L, U, K, hd, T], [L, U, K, T, hd]
+    prefix = (tuple(pk), tuple(pv))
+    K, hd = cfg.num_kv_heads, cfg.head_dim
+    cache = (tuple(tuple(jnp.zeros((B, K, hd, n), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)),
+             tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
+    rope = rope_tables(cfg, T + N + 1, model.dtype)
+    w = decode_weights(model)
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
@@ -248,7 +307,7 @@ def _generate_batch(state, tokens, segment_ids, row_src, real, row_ids, seed, st
 
     tok, lp, lq = pick(logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
-    c = dict(step=jnp.int32(1), tok=tok, pos=positions[row_src, -1] + 1, kc=kc, vc=vc,
+    c = dict(step=jnp.int32(1), tok=tok, pos=jnp.repeat(positions[:, -1] + 1, R), cache=cache,
              done=~real | is_stop(tok), lengths=real.astype(jnp.int32),
              out_tok=jnp.zeros((B, N), jnp.int32).at[:, 0].set(jnp.where(real, tok, 0)),
              out_lp=zeros_f.at[:, 0].set(jnp.where(real, lp, 0.0)), out_lq=zeros_f.at[:, 0].set(jnp.where(real, lq, 0.0)))
@@ -256,11 +315,11 @@ def _generate_batch(state, tokens, segment_ids, row_src, real, row_ids, seed, st
     def cond(c): return (c["step"] < max_tokens) & ~jnp.all(c["done"])
 
     def body(c):
-        h, kc, vc = decode_step(model, c["kc"], c["vc"], seg, T + c["step"] - 1, c["tok"], c["pos"])
+        h, cache = decode_step(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
         tok, lp, lq = pick(model.logits(h), c["step"])
         live = ~c["done"]
         put = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None].astype(buf.dtype), (0, c["step"]))
-        return dict(step=c["step"] + 1, tok=tok, pos=c["pos"] + 1, kc=kc, vc=vc,
+        return dict(step=c["step"] + 1, tok=tok, pos=c["pos"] + 1, cache=cache,
                     done=c["done"] | is_stop(tok), lengths=c["lengths"] + live.astype(jnp.int32),
                     out_tok=put(c["out_tok"], jnp.where(live, tok, 0)), out_lp=put(c["out_lp"], jnp.where(live, lp, 0.0)),
                     out_lq=put(c["out_lq"], jnp.where(live, lq, 0.0)))
@@ -335,45 +394,48 @@ class NativeEngine:
                                  f"max_len={self.max_len}")
         stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
         stop_arr = np.full(max(8, bucket_batch(len(stop))), -1, np.int32); stop_arr[:len(stop)] = stop
-        rows = sorted(((p, s) for p in range(len(ids)) for s in range(sp.n)), key=lambda r: len(ids[r[0]]))
+        # pieces: up to R samples of one prompt, prefilled once and decoded as R rows; P pieces per compiled call
+        R = min(sp.n, self.max_batch)
+        P = self.max_batch // R
+        order = sorted(range(len(ids)), key=lambda p: len(ids[p]))         # similar lengths share a call
+        pieces = [(p, range(s, min(s + R, sp.n))) for p in order for s in range(0, sp.n, R)]
+        chunks = [pieces[i:i + P] for i in range(0, len(pieces), P)]
         out: dict[tuple, GenerationResult] = {}
         t0, steps, ntok = time.perf_counter(), [], 0
-        chunks = [rows[i:i + self.max_batch] for i in range(0, len(rows), self.max_batch)]
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
-            bar = tqdm(total=len(rows), unit="seq", desc="generate")
+            bar = tqdm(total=len(ids) * sp.n, unit="seq", desc="generate")
         for chunk in chunks:
-            res, nsteps = self._run(chunk, ids, sp, stop_arr, set(stop))
+            res, nsteps = self._run(chunk, R, P, ids, sp, stop_arr, set(stop))
             out.update(res); steps.append(nsteps); ntok += sum(len(r.token_ids) for r in res.values())
-            if bar is not None: bar.update(len(chunk))
+            if bar is not None: bar.update(len(res))
         if bar is not None: bar.close()
         dt = time.perf_counter() - t0
         self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
         return [out[(p, s)] for p in range(len(ids)) for s in range(sp.n)]
 
-    def _run(self, chunk, ids, sp: SamplingParams, stop_arr, stop_set):
-        "One compiled call on the rows of `chunk`: [(prompt index, sample index)]."
-        B = bucket_batch(len(chunk), self.max_batch)
-        distinct = list(dict.fromkeys(p for p, _ in chunk))            # prompts of this batch, each prefilled once
-        U = bucket_batch(len(distinct), B)
-        longest = max(len(ids[p]) for p in distinct)
+    def _run(self, chunk, R: int, P: int, ids, sp: SamplingParams, stop_arr, stop_set):
+        "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."
+        U = bucket_batch(len(chunk), P)
+        longest = max(len(ids[p]) for p, _ in chunk)
         T = max(longest, min(bucket_length(longest), self.max_prefill, self.max_len - sp.max_tokens))
         N = max(sp.max_tokens, min(bucket_length(sp.max_tokens), self.max_len - T))
         tokens = np.zeros((U, T), np.int32); seg = np.zeros((U, T), np.int32)
         seg[:, -1] = 1                                   # padding prompts: one token (rows using them are finished)
-        for u, p in enumerate(distinct):
+        real = np.zeros((U * R,), bool); row_ids = np.zeros((U * R, 2), np.int32)
+        rows = []                                        # (row, prompt, sample)
+        for u, (p, samples) in enumerate(chunk):
             L = len(ids[p]); tokens[u, T - L:] = ids[p]; seg[u, T - L:] = 1
-        where = {p: u for u, p in enumerate(distinct)}
-        row_src = np.zeros((B,), np.int32); real = np.zeros((B,), bool); row_ids = np.zeros((B, 2), np.int32)
-        for b, (p, s) in enumerate(chunk): row_src[b] = where[p]; real[b] = True; row_ids[b] = (p, s)
-        outs = _generate_batch(self._state, tokens, seg, row_src, real, row_ids, np.uint32(sp.seed), stop_arr,
+            for r, s in enumerate(samples):
+                real[u * R + r] = True; row_ids[u * R + r] = (p, s); rows.append((u * R + r, p, s))
+        outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                                np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                                np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
                                with_sampling_logprobs=bool(sp.sampling_logprobs))
         out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
         res, texts_in = {}, []
-        for b, (p, s) in enumerate(chunk):
+        for b, p, s in rows:
             n = int(lengths[b])
             toks = out_tok[b, :n].tolist()
             reason = "stop" if n and toks[-1] in stop_set else "length"
