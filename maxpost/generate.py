@@ -181,8 +181,7 @@ def decode_weights(model: Decoder) -> list[dict]:
     fused = dict(wqkv=jnp.concatenate([flat(get("wq")), flat(get("wk")), flat(get("wv"))], -1),
                  wo=get("wo").reshape(L, -1, cfg.hidden_size),
                  wgu=jnp.concatenate([get("w_gate"), get("w_up")], -1), w_down=get("w_down"))
-    fused |= {k: get(k) for k in ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm", "q_norm", "k_norm")
-              if hasattr(model, k)}
+    fused |= {k: get(k) for k in LAYER_KEYS if k.endswith("norm") and hasattr(model, k)}
     return [{k: v[l] for k, v in fused.items()} for l in range(L)]
 
 DECODE_BLOCK = 64   # slots per block of the rows' own cache; blocks after the current slot are skipped
@@ -193,10 +192,9 @@ def decode_blocks(n: int, block: int = DECODE_BLOCK) -> list[int]:
 
 def rope_tables(cfg, length: int, dtype) -> dict:
     "cos, sin [length, hd] of every position below `length`, for global (False) and sliding (True) layers."
-    pos = jnp.arange(length)[None]
-    out = {False: tuple(a[0] for a in rope_cos_sin(pos, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), dtype))}
-    out[True] = (tuple(a[0] for a in rope_cos_sin(pos, rope_inv_freq(cfg.head_dim, cfg.rope_local_theta), dtype))
-                 if cfg.rope_local_theta is not None else out[False])
+    table = lambda inv: tuple(a[0] for a in rope_cos_sin(jnp.arange(length)[None], inv, dtype))
+    out = {False: table(rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))}
+    out[True] = table(rope_inv_freq(cfg.head_dim, cfg.rope_local_theta)) if cfg.rope_local_theta is not None else out[False]
     return out
 
 def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, pos, rope: dict):
