@@ -121,11 +121,13 @@ def truncate_logits(x, top_k, top_p):
     thresh = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # [B, 1]
     return jnp.where(x >= thresh, x, -jnp.inf)
 
-def inverse_cdf_sample(z, u, block: int = 256):
-    "Index [B] drawn from softmax(z) (z [B, V], -inf allowed) by uniforms u [B] in [0, 1): two-level inverse CDF."
+def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
+    """Index [B] drawn from softmax(z) (z [B, V], -inf allowed) by uniforms u [B] in [0, 1): two-level inverse CDF.
+    with_lse: also return logsumexp(z) [B], from the same exponentials."""
     B, V = z.shape
     nb = -(-V // block)
-    p = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))                  # [B, V] unnormalised, 0 where z = -inf
+    zmax = jnp.max(z, axis=-1, keepdims=True)
+    p = jnp.exp(z - zmax)                                                # [B, V] unnormalised, 0 where z = -inf
     p = jnp.pad(p, ((0, 0), (0, nb * block - V))).reshape(B, nb, block)  # [B, nb, block]
     bs = p.sum(-1)                                                       # [B, nb] block masses
     cb = jnp.cumsum(bs, axis=-1)
@@ -138,26 +140,32 @@ def inverse_cdf_sample(z, u, block: int = 256):
     ok = take(pb, j) > 0                                                 # false only after rounding at the very end
     tok = (blk * block + j).astype(jnp.int32)
     fix = lambda tok: jnp.where(ok, tok, jnp.argmax(z, axis=-1).astype(jnp.int32))   # a full pass over V: only if needed
-    return jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
+    tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
+    return (tok, zmax[:, 0] + jnp.log(cb[:, -1])) if with_lse else tok
 
 def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False):
     """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
     logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key)."""
     B = logits.shape[0]
+    at = lambda x, tok: jnp.take_along_axis(x, tok[:, None], axis=-1)[:, 0]
+    lse = lambda x: jax.nn.logsumexp(x, axis=-1)
     def greedy(_):
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32), jnp.zeros((B,), jnp.float32)
+        tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return tok, at(logits, tok) - lse(logits), jnp.zeros((B,), jnp.float32)
     def sample(_):
+        truncated = (top_k > 0) | (top_p < 1.0)
         z = logits / temperature
-        z = jax.lax.cond((top_k > 0) | (top_p < 1.0), lambda z: truncate_logits(z, top_k, top_p), lambda z: z, z)
+        z = jax.lax.cond(truncated, lambda z: truncate_logits(z, top_k, top_p), lambda z: z, z)
         u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys)   # [B]
-        tok = inverse_cdf_sample(z, u)
-        if with_sampling_logprobs:
-            lq = jnp.take_along_axis(z, tok[:, None], axis=-1)[:, 0] - jax.nn.logsumexp(z, axis=-1)
-        else: lq = jnp.zeros((B,), jnp.float32)
-        return tok, lq.astype(jnp.float32)
-    tok, lq = jax.lax.cond(temperature > 0, sample, greedy, None)
-    lp = jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0] - jax.nn.logsumexp(logits, axis=-1)
-    return tok, lp, lq
+        tok, lse_z = inverse_cdf_sample(z, u, with_lse=True)
+        lq = (at(z, tok) - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
+        # log π needs logsumexp of the raw logits: when z is the raw logits (temperature 1, nothing truncated), the
+        # sampler's exponentials already gave it; otherwise it is one more pass over V
+        lse_pi = jax.lax.cond(truncated | (temperature != 1.0), lambda _: lse(logits), lambda _: lse_z, None)
+        return tok, at(logits, tok) - lse_pi, lq.astype(jnp.float32)
+    tok, lp, lq = jax.lax.cond(temperature > 0, sample, greedy, None)
+    return tok, lp.astype(jnp.float32), lq
+
 
 # %% ../nbs/06_generate.ipynb #13c9bdef
 def bucket_length(n: int, minimum: int = 16, step: int = 64) -> int:
