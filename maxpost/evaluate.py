@@ -21,7 +21,8 @@ from .rewards import (PROMPT_TEMPLATES, build_prompt, extract_answer, format_gol
                              load_gsm8k)
 
 # %% auto #0
-__all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'headline', 'evaluate', 'main']
+__all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'headline', 'evaluate', 'compare_runs',
+           'main']
 
 # %% ../nbs/08b_evaluate.ipynb #a4e85d91
 DATASETS: dict[str, Callable[[str], list[dict]]] = {"gsm8k": lambda split: load_gsm8k(split)}
@@ -195,6 +196,38 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
         write_jsonl(records, out / "completions.jsonl")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, records
+
+# %% ../nbs/08b_evaluate.ipynb #c12305a3
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]: i += 1
+    return i
+
+def compare_runs(a, b) -> dict:
+    """Agreement of two runs over the same problems: records (lists of dicts) or paths of `completions.jsonl`.
+    Returns n_problems, n_pairs and the shares `identical`, `common_prefix`, `same_answer`, `same_correct`, plus
+    each run's accuracy over the pairs (`accuracy_a`, `accuracy_b`)."""
+    from maxpost.metrics import read_jsonl
+    a, b = [read_jsonl(x) if isinstance(x, (str, Path)) else list(x) for x in (a, b)]
+    ia, ib = [r["index"] for r in a], [r["index"] for r in b]
+    if ia != ib: raise ValueError(f"the runs cover different problems: {ia[:5]}… vs {ib[:5]}…")
+    pairs = []
+    for ra, rb in zip(a, b):
+        if len(ra["completions"]) != len(rb["completions"]):
+            raise ValueError(f"problem {ra['index']}: {len(ra['completions'])} vs {len(rb['completions'])} completions")
+        pairs += [(ta, tb, aa, ab, ca, cb) for ta, tb, aa, ab, ca, cb in zip(
+            ra["completions"], rb["completions"], ra["answers"], rb["answers"], ra["correct"], rb["correct"])]
+    if not pairs: raise ValueError("no completions to compare")
+    share = lambda xs: float(np.mean(xs))
+    return dict(n_problems=len(a), n_pairs=len(pairs),
+                identical=share([ta == tb for ta, tb, *_ in pairs]),
+                common_prefix=share([1.0 if ta == tb else _common_prefix(ta, tb) / max(len(ta), len(tb))
+                                     for ta, tb, *_ in pairs]),
+                same_answer=share([aa == ab for _, _, aa, ab, _, _ in pairs]),
+                same_correct=share([ca == cb for *_, ca, cb in pairs]),
+                accuracy_a=share([ca for *_, ca, _ in pairs]), accuracy_b=share([cb for *_, cb in pairs]))
+
 
 # %% ../nbs/08b_evaluate.ipynb #959d01cb
 def main(argv=None):

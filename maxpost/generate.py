@@ -472,11 +472,12 @@ def check_engine(kind: str):
 
 def make_engine(kind: str = "native", model=None, tokenizer=None, *, dtype=jnp.float32, model_name: str | None = None,
                 **kwargs) -> Engine:
-    "An engine of `kind` ('native' | 'vllm') over `model` (a Decoder, or a checkpoint / HF folder path)."
+    """An engine of `kind` ('native' | 'vllm') over `model` (a Decoder, or a checkpoint / HF folder path), computing
+    in `dtype` (float32 or bfloat16), whichever the engine."""
     check_engine(kind)
     if kind == "vllm":
         mod = importlib.import_module("maxpost.vllm_engine")
-        return mod.VLLMEngine(model=model, tokenizer=tokenizer, **kwargs)
+        return mod.VLLMEngine(model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
     if model is None: raise ValueError("make_engine('native') needs a model (a Decoder or a checkpoint path)")
     if isinstance(model, (str, Path)):
         from maxpost.checkpoint import load_model

@@ -590,7 +590,7 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
                           max_len=cfg.max_prefill_predict_length + cfg.max_completion_length,
                           max_prefill=cfg.max_prefill_predict_length, stop_token_ids=stop)
     else:
-        eng = make_engine("vllm", cfg.load_parameters_path, tokenizer)
+        eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype)
     eng.sync_weights(trainer.engine_params(state))
     return eng
 

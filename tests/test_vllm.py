@@ -17,6 +17,8 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 FP32_MAX, FP32_MEAN = 1e-3, 1e-4      # nats; measured 6.9e-05 / 1.5e-05
 BF16_MAX, BF16_MEAN = 0.6, 0.08       # nats; measured 0.35 / 0.041 (dev run), printed by the test
+IDENTICAL_MIN, PREFIX_MIN = 0.9, 0.95  # greedy agreement, GSM8K test[:20], float32: measured 1.0 / 1.0 (a vLLM silently
+                                      # in bfloat16 gave 0.25 / 0.50)
 MIN_CHANGE = 0.5                      # the perturbation moves some log-prob by more than this (measured 1.57)
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,6 +234,30 @@ def test_gemma3_from_decoder_sync():
     assert r["decode_vs_maxpost"]["max"] <= FP32_MAX, r["decode_vs_maxpost"]
     assert r["synced_vs_maxpost"]["max"] <= FP32_MAX and r["synced_vs_maxpost"]["mean"] <= FP32_MEAN, r["synced_vs_maxpost"]
     assert r["changed_by_sync"]["max"] >= MIN_CHANGE, r["changed_by_sync"]
+
+def test_evaluate_both_engines_gsm8k20(tmp_path):
+    """`python -m maxpost.evaluate` on the first 20 GSM8K test problems with each engine (greedy, float32, SmolLM2):
+    both finish, print the cap, and agree. Prints the agreement (`compare_runs`)."""
+    from maxpost.convert.from_gguf import embedded_hf
+    from maxpost.evaluate import compare_runs
+    common = [f"load_parameters_path={embedded_hf('smollm2-135m')}", "dataset=gsm8k", "eval_mode=pass_at_1",
+              "num_eval_examples=20", "max_tokens=128", "template=plain", "batch_size=32", "dtype=float32",
+              f"base_output_directory={tmp_path}"]
+    summaries = {}
+    for engine, python in (("native", sys.executable), ("vllm", str(vllm_python()))):
+        r = subprocess.run([python, "-m", "maxpost.evaluate", *common, f"rollout_engine={engine}", f"run_name={engine}"],
+                           capture_output=True, text=True, timeout=1800, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "on 20 of 1319 problems" in r.stdout, r.stdout[-2000:]
+        summaries[engine] = json.loads((tmp_path / engine / "summary.json").read_text())
+        assert summaries[engine]["eval"]["engine"] == {"native": "NativeEngine", "vllm": "VLLMEngine"}[engine]
+    agree = compare_runs(tmp_path / "native" / "completions.jsonl", tmp_path / "vllm" / "completions.jsonl")
+    print("greedy agreement, native vs vLLM, GSM8K test[:20]:", json.dumps(agree))
+    assert agree["n_problems"] == 20 and agree["n_pairs"] == 20
+    assert agree["identical"] >= IDENTICAL_MIN and agree["common_prefix"] >= PREFIX_MIN, agree
+    # the accuracies over the pairs are those the two runs printed
+    assert agree["accuracy_a"] == pytest.approx(summaries["native"]["accuracy"]["value"], abs=1e-12)
+    assert agree["accuracy_b"] == pytest.approx(summaries["vllm"]["accuracy"]["value"], abs=1e-12)
 
 def test_missing_vllm_names_the_extra():
     "In an environment without vLLM, making an engine fails with an error that says how to install it."
