@@ -6,7 +6,7 @@ Docs: https://maxpost.github.io/maxpost/evaluate.html.md"""
 
 # %% ../nbs/08b_evaluate.ipynb #8d3011b1
 from __future__ import annotations
-import json, math, time
+import json, math, os, time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -16,7 +16,7 @@ from pydantic import field_validator, model_validator
 from .config import Config, ConfigError, dump_config, load_config, output_dir, run_cli
 from .generate import (ENGINES, NativeEngine, SamplingParams, chat_prompt_ids, check_engine, load_tokenizer,
                               make_engine)
-from .metrics import format_summary, summarize, write_jsonl
+from .metrics import format_summary, read_jsonl, summarize, write_jsonl
 from .rewards import (PROMPT_TEMPLATES, build_prompt, extract_answer, format_gold, format_ok, is_correct,
                              load_gsm8k)
 
@@ -198,35 +198,26 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
     return summary, records
 
 # %% ../nbs/08b_evaluate.ipynb #c12305a3
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]: i += 1
-    return i
-
 def compare_runs(a, b) -> dict:
     """Agreement of two runs over the same problems: records (lists of dicts) or paths of `completions.jsonl`.
     Returns n_problems, n_pairs and the shares `identical`, `common_prefix`, `same_answer`, `same_correct`, plus
     each run's accuracy over the pairs (`accuracy_a`, `accuracy_b`)."""
-    from maxpost.metrics import read_jsonl
     a, b = [read_jsonl(x) if isinstance(x, (str, Path)) else list(x) for x in (a, b)]
     ia, ib = [r["index"] for r in a], [r["index"] for r in b]
     if ia != ib: raise ValueError(f"the runs cover different problems: {ia[:5]}… vs {ib[:5]}…")
-    pairs = []
     for ra, rb in zip(a, b):
         if len(ra["completions"]) != len(rb["completions"]):
             raise ValueError(f"problem {ra['index']}: {len(ra['completions'])} vs {len(rb['completions'])} completions")
-        pairs += [(ta, tb, aa, ab, ca, cb) for ta, tb, aa, ab, ca, cb in zip(
-            ra["completions"], rb["completions"], ra["answers"], rb["answers"], ra["correct"], rb["correct"])]
-    if not pairs: raise ValueError("no completions to compare")
+    flat = lambda runs, key: [x for r in runs for x in r[key]]            # one entry per completion
+    ta, tb = flat(a, "completions"), flat(b, "completions")
+    if not ta: raise ValueError("no completions to compare")
+    prefix = [1.0 if x == y else len(os.path.commonprefix((x, y))) / max(len(x), len(y)) for x, y in zip(ta, tb)]
+    ca, cb = flat(a, "correct"), flat(b, "correct")
     share = lambda xs: float(np.mean(xs))
-    return dict(n_problems=len(a), n_pairs=len(pairs),
-                identical=share([ta == tb for ta, tb, *_ in pairs]),
-                common_prefix=share([1.0 if ta == tb else _common_prefix(ta, tb) / max(len(ta), len(tb))
-                                     for ta, tb, *_ in pairs]),
-                same_answer=share([aa == ab for _, _, aa, ab, _, _ in pairs]),
-                same_correct=share([ca == cb for *_, ca, cb in pairs]),
-                accuracy_a=share([ca for *_, ca, _ in pairs]), accuracy_b=share([cb for *_, cb in pairs]))
+    return dict(n_problems=len(a), n_pairs=len(ta), identical=share([x == y for x, y in zip(ta, tb)]),
+                common_prefix=share(prefix),
+                same_answer=share([x == y for x, y in zip(flat(a, "answers"), flat(b, "answers"))]),
+                same_correct=share([x == y for x, y in zip(ca, cb)]), accuracy_a=share(ca), accuracy_b=share(cb))
 
 
 # %% ../nbs/08b_evaluate.ipynb #959d01cb
