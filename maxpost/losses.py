@@ -9,6 +9,7 @@ Docs: https://maxpost.github.io/maxpost/losses.html.md"""
 # %% ../nbs/09_losses.ipynb #447c67b4
 from __future__ import annotations
 import dataclasses, types
+from typing import Literal, get_args
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,15 +17,19 @@ import jax
 import jax.numpy as jnp
 
 # %% auto #0
-__all__ = ['LOSS_ALGOS', 'LOSS_AGG_MODES', 'ADVANTAGE_METHODS', 'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON',
-           'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'LOSS_PRESETS', 'group_advantages', 'informative_groups', 'kl_penalty',
-           'aggregate_loss', 'policy_loss', 'overlong_penalty', 'LossConfig', 'loss_preset', 'resolve_loss_config']
+__all__ = ['LossAlgo', 'LossAggMode', 'AdvantageMethod', 'KLMethod', 'LOSS_ALGOS', 'LOSS_AGG_MODES', 'ADVANTAGE_METHODS',
+           'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'LOSS_PRESETS',
+           'group_advantages', 'informative_groups', 'kl_penalty', 'aggregate_loss', 'policy_loss', 'overlong_penalty',
+           'LossConfig', 'loss_preset', 'resolve_loss_config']
 
 # %% ../nbs/09_losses.ipynb #1582f615
-LOSS_ALGOS = ("grpo", "gspo", "gspo-token")  # token ratio | sequence ratio | sequence ratio, token gradients
-LOSS_AGG_MODES = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm")
-ADVANTAGE_METHODS = ("grpo", "dr_grpo", "rloo")
-KL_METHODS = ("k1", "k2", "k3")
+LossAlgo = Literal["grpo", "gspo", "gspo-token"]    # token ratio | sequence ratio | sequence ratio, token gradients
+LossAggMode = Literal["token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm"]
+AdvantageMethod = Literal["grpo", "dr_grpo", "rloo"]
+KLMethod = Literal["k1", "k2", "k3"]
+# the valid values as tuples, read from the types (one source: a config field typed LossAggMode fails at parse time)
+LOSS_ALGOS, LOSS_AGG_MODES = get_args(LossAlgo), get_args(LossAggMode)
+ADVANTAGE_METHODS, KL_METHODS = get_args(AdvantageMethod), get_args(KLMethod)
 LOG_RATIO_CLIP = 20.0  # |log ratio| bound before exp: e^20 ≈ 5e8 stays finite in float32
 
 def _check_choice(key: str, value, valid: tuple):
@@ -197,14 +202,14 @@ def overlong_penalty(lengths,                    # [...] completion lengths in t
 class LossConfig:
     "The loss choices of one RL algorithm; each default is the paper's value."
     name: str = "grpo"                           # preset this was resolved from
-    loss_algo: str = "grpo"                      # 'grpo' token ratio (DeepSeekMath eq. 3) | 'gspo' | 'gspo-token'
-    loss_agg_mode: str = "sequence-mean-token-mean"  # DeepSeekMath eq. 3; 'token-mean' DAPO; '...-sum-norm' Dr.GRPO
+    loss_algo: LossAlgo = "grpo"                 # 'grpo' token ratio (DeepSeekMath eq. 3) | 'gspo' | 'gspo-token'
+    loss_agg_mode: LossAggMode = "sequence-mean-token-mean"  # DeepSeekMath eq. 3; 'token-mean' DAPO; '...-sum-norm' Dr.GRPO
     epsilon: float = 0.2                         # lower clip ε: PPO/DeepSeekMath 0.2; GSPO experiments 3e-4
     epsilon_high: float = 0.2                    # upper clip: ε in PPO; DAPO clip-higher 0.28 (§3.1); GSPO 4e-4
-    advantage_method: str = "grpo"               # (r−mean)/std DeepSeekMath §4.1.2 | 'dr_grpo' r−mean | 'rloo'
+    advantage_method: AdvantageMethod = "grpo"   # (r−mean)/std DeepSeekMath §4.1.2 | 'dr_grpo' r−mean | 'rloo'
     advantage_eps: float = 1e-4                  # added to the group std in 'grpo' advantages
     beta: float = 0.0                            # KL coefficient: DeepSeekMath 0.04; 0 in DAPO, Dr.GRPO, GSPO
-    kl_method: str = "k3"                        # KL estimator: DeepSeekMath eq. 4 is k3 (Schulman 2020)
+    kl_method: KLMethod = "k3"                   # KL estimator: DeepSeekMath eq. 4 is k3 (Schulman 2020)
     dynamic_sampling: bool = False               # DAPO §3.2: keep only groups whose rewards are not all equal
     soft_overlong_penalty: bool = False          # DAPO §3.4 eq. 13: length penalty added to the reward
     overlong_buffer_len: int | None = None       # DAPO's L_cache: 4096 (with L_max 20480)

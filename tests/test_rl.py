@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def sft_params():
-    from maxpost.rl import sft_addition
+    from maxpost.testing import sft_addition
     return sft_addition()
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_rl_raises_accuracy_above_noise(sft_params, algo):
     Noise is measured, not assumed: the accuracy of one model over 5 evaluation seeds (800 samples each) has a std of
     ≈0.007 (measured before and after). The test requires gain ≥ max(3 × that std, 0.02); measured gains: see the
     printed line (GRPO ≈ +0.07, GSPO ≈ +0.03 to +0.05 in development runs)."""
-    from maxpost.rl import addition_experiment
+    from maxpost.testing import addition_experiment
     r = addition_experiment(sft_params, algo, steps=60)
     gain, noise = _gain(r)
     rec = r["records"]
@@ -52,7 +52,7 @@ def test_dapo_one_iteration(sft_params):
     """DAPO preset, num_iterations=1, one minibatch: the policy that sampled is the one updated, so the ratio is exactly
     1 and nothing clips; dynamic sampling logs the groups it dropped and refills the batch (flat groups only remain
     when the rounds run out); no KL term (beta = 0)."""
-    from maxpost.rl import addition_experiment
+    from maxpost.testing import addition_experiment
     r = addition_experiment(sft_params, "dapo", steps=3, num_iterations=1, max_dynamic_sampling_rounds=8)
     for m in r["records"]:
         assert m["last_ratio_min"] == m["last_ratio_max"] == 1.0 and m["clip_frac"] == 0.0, m
@@ -105,6 +105,14 @@ def test_cli_gspo_token_resumes_exactly_after_sigkill(sft_ckpt, tmp_path):
             if not k.startswith("time/"): assert a[k] == b[k], (a["step"], k, a[k], b[k])
     assert json.loads((run_dir / "eval_before.json").read_text()) == json.loads((rd / "eval_before.json").read_text())
 
+def test_checkpoint_period_zero_saves_only_at_the_end(tmp_path):
+    """checkpoint_period=0 means "no periodic checkpoints": the run saves its last step only (it used to divide by 0
+    at step 1)."""
+    res = _run(["model_name=tiny-llama", "chips_per_vm=1", f"base_output_directory={tmp_path}", "run_name=p0",
+                "steps=3", "checkpoint_period=0", "eval_before_after=false", "enable_tqdm=false"], _env(tmp_path))
+    assert res["steps"] == 3
+    assert sorted(p.name for p in (Path(res["run_dir"]) / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
+
 def _fail(capsys, *args) -> str:
     "Run main(args) in-process; it must exit 2 fast, before any compile; returns stderr."
     from maxpost.train_rl import main
@@ -116,10 +124,18 @@ def _fail(capsys, *args) -> str:
 
 def test_bad_input_fails_before_compute(capsys, tmp_path, sft_ckpt):
     out = f"base_output_directory={tmp_path}"
-    assert "unknown loss_algo 'grpp'" in _fail(capsys, "model_name=tiny-llama", "loss_algo=grpp", out)
-    err = _fail(capsys, "model_name=tiny-llama", "loss_algo=gspo", "loss_agg_mode=token-mean", out)
+    err = _fail(capsys, "model_name=tiny-llama", "loss_algo=grpp", out)
+    assert "'loss_algo'" in err and "grpp" in err
+    err = _fail(capsys, "model_name=tiny-llama", "loss_algo=gspo", "loss={loss_agg_mode: token-mean}", out)
     assert "contradicts the preset" in err and "loss_agg_mode" in err
-    assert "beta" in _fail(capsys, "model_name=tiny-llama", "loss_algo=dapo", "beta=0.1", out)
+    err = _fail(capsys, "model_name=tiny-llama", "loss_algo=dapo", "loss={beta: 0.1}", out)
+    assert "beta=0.1 contradicts the preset" in err
+    err = _fail(capsys, "model_name=tiny-llama", "loss={kl_method: k4}", out)
+    assert "'loss.kl_method'" in err and "k4" in err
+    err = _fail(capsys, "model_name=tiny-llama", "decode_sampling_temperature=0", out)
+    assert "decode_sampling_temperature" in err and "every advantage is 0" in err
+    err = _fail(capsys, "model_name=tiny-llama", "eval_num_samples=4", "eval_temperature=0", out)
+    assert "eval_num_samples=4 with eval_temperature=0" in err
     assert "num_generations must be >= 2" in _fail(capsys, "model_name=tiny-llama", "num_generations=1", out)
     data = tmp_path / "noanswer.jsonl"
     data.write_text(json.dumps({"question": "1+1?", "solution": "2"}) + "\n")
