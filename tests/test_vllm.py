@@ -52,7 +52,7 @@ def _perturb(params):
     return p
 
 def _gsm8k_prompts(tokenizer, n):
-    from maxpost.generate import chat_prompt_ids
+    from maxpost.engine import chat_prompt_ids
     from maxpost.rewards import build_prompt, load_gsm8k
     return [chat_prompt_ids(tokenizer, build_prompt(r["question"])) for r in load_gsm8k("test", n)]
 
@@ -61,7 +61,7 @@ def worker_smollm2(dtype: str) -> dict:
     import numpy as np
     from maxpost.checkpoint import load_model, model_params
     from maxpost.convert.from_gguf import embedded_hf
-    from maxpost.generate import SamplingParams
+    from maxpost.engine import SamplingParams
     from maxpost.vllm_engine import VLLMEngine
     hf = embedded_hf("smollm2-135m")
     out = {}
@@ -128,7 +128,7 @@ def worker_gemma() -> dict:
     import numpy as np
     from maxpost.checkpoint import load_model, model_params
     from maxpost.convert.from_gguf import embedded_hf
-    from maxpost.generate import SamplingParams, load_tokenizer
+    from maxpost.engine import SamplingParams, load_tokenizer
     from maxpost.vllm_engine import VLLMEngine
     hf = embedded_hf("gemma3-270m")
     model = load_model(hf)
@@ -262,7 +262,7 @@ def test_evaluate_both_engines_gsm8k20(tmp_path):
 def test_missing_vllm_names_the_extra():
     "In an environment without vLLM, making an engine fails with an error that says how to install it."
     if importlib.util.find_spec("vllm") is not None: pytest.skip("vLLM is installed in this environment")
-    from maxpost.generate import EngineUnavailableError
+    from maxpost.engine import EngineUnavailableError
     from maxpost.vllm_engine import VLLMEngine
     from maxpost.convert.from_gguf import embedded_hf
     with pytest.raises(EngineUnavailableError, match=r"make setup-vllm.*tools/setup_vllm\.sh"):
