@@ -1,5 +1,5 @@
-"""One grammar for every entry point, as in MaxText: a base YAML, then the model's preset, then `key=value` overrides
-from the command line, validated into a typed config whose errors name the bad key.
+"""One grammar for every entry point, as in MaxText: class defaults, a base YAML, the model's section, the user's YAML,
+then `key=value` overrides from the command line, validated into a typed config whose errors name the bad key.
 
 Docs: https://maxpost.github.io/maxpost/config.html.md"""
 
@@ -7,86 +7,206 @@ Docs: https://maxpost.github.io/maxpost/config.html.md"""
 
 # %% ../nbs/00_config.ipynb #dd12fc35
 from __future__ import annotations
-import difflib, json, sys
+import difflib, json, sys, types
 from pathlib import Path
-from typing import Any, Type, TypeVar
+from typing import Annotated, Any, Literal, Type, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # %% auto #0
-__all__ = ['T', 'ConfigError', 'Config', 'parse_kv', 'check_keys', 'load_config', 'dump_config', 'output_dir', 'run_cli']
+__all__ = ['Finite', 'NonNegFloat', 'PosFloat', 'Fraction', 'PosInt', 'NonNegInt', 'T', 'ConfigError', 'Config', 'sections',
+           'config_keys', 'from_text', 'nest', 'check_keys', 'parse_kv', 'read_yaml', 'load_config', 'dump_config',
+           'output_dir', 'user_errors', 'error_line', 'run_cli']
 
 # %% ../nbs/00_config.ipynb #932743a4
 class ConfigError(ValueError):
-    "A bad command-line or YAML config; the message names the key."
+    "A bad command-line or YAML config; the message names the key (`key`, when known, is its dotted name)."
+    def __init__(self, msg: str, key: str | None = None):
+        super().__init__(msg); self.key = key
 
 class Config(BaseModel):
-    "Base of every maxpost config: unknown keys are errors; values are coerced from strings."
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    "Base of every maxpost config: unknown keys are errors; values are coerced from strings and numbers."
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(),
+                              coerce_numbers_to_str=True)   # YAML `run_name: 20240101` is the string '20240101'
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]                  # any finite float
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]       # finite, >= 0
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]          # finite, > 0
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]    # in [0, 1]
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
 
 T = TypeVar("T", bound=Config)
 
-def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
-    "Split argv into an optional leading YAML path and a dict of `key=value` overrides (values parsed as YAML)."
+# %% ../nbs/00_config.ipynb #5ec710a2
+def sections(cls: Type[Config]) -> dict[str, Type[Config]]:
+    "The section fields of `cls`: name → its Config class."
+    return {k: f.annotation for k, f in cls.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, Config)}
+
+def config_keys(cls: Type[Config], prefix: str = "") -> list[str]:
+    "Every settable key of `cls`, sections' keys dotted."
+    secs, out = sections(cls), []
+    for k in cls.model_fields: out += config_keys(secs[k], f"{prefix}{k}.") if k in secs else [prefix + k]
+    return out
+
+def _owners(cls: Type[Config], key: str) -> list[str]:
+    "Dotted paths of the sections (at any depth) that have a field `key`."
+    out = []
+    for s, c in sections(cls).items():
+        if key in c.model_fields: out.append(s)
+        out += [f"{s}.{o}" for o in _owners(c, key)]
+    return out
+
+def _closest(key: str, cls: Type[Config]) -> str:
+    keys = config_keys(cls)
+    m = difflib.get_close_matches(key, keys + [k.rsplit(".", 1)[-1] for k in keys if "." in k], n=1, cutoff=0.5)
+    return f"; did you mean {m[0]!r}?" if m else ""
+
+def _members(ann) -> list:
+    "The non-None types of a union annotation, or [ann]; Annotated unwrapped."
+    ts = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (Union, types.UnionType) else [ann]
+    return [get_args(t)[0] if get_origin(t) is Annotated else t for t in ts]
+
+def _allows_none(ann) -> bool:
+    return get_origin(ann) in (Union, types.UnionType) and type(None) in get_args(ann)
+
+def _is_text(ann) -> bool:
+    "True when every non-None type of `ann` is str or a Literal of strings: such a field keeps the raw text."
+    return all(t is str or (get_origin(t) is Literal and all(isinstance(x, str) for x in get_args(t)))
+               for t in _members(ann))
+
+def from_text(ann, text: str):
+    "A command-line value for a field annotated `ann`: raw text for text fields, else a YAML scalar; 'none' is None."
+    if text.strip().lower() in ("none", "null", "~") and _allows_none(ann): return None
+    if _is_text(ann): return text
+    if text.strip().lower() == "none": return None        # a bad value for this field: pydantic names the key
+    try: return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError: return text
+
+def _merge(a: dict, b: dict) -> dict:
+    "b merged into a copy of a; dicts (sections) merge key by key."
+    out = dict(a)
+    for k, v in b.items(): out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+def nest(d: dict, cls: Type[Config], where: str, text: bool = False, _root: Type[Config] | None = None,
+         _prefix: str = "") -> dict:
+    "`d` (flat, dotted or nested keys) as a nested dict of `cls`'s fields; `text`: values are raw command-line text."
+    root, secs, out = _root or cls, sections(cls), {}
+    for k, v in d.items():
+        k = str(k); head, dot, rest = k.partition(".")
+        if dot:
+            if head not in secs:
+                raise ConfigError(f"unknown config key {_prefix + k!r} in {where}{_closest(_prefix + k, root)}",
+                                  key=_prefix + k)
+            sub = {head: nest({rest: v}, secs[head], where, text, root, f"{_prefix}{head}.")}
+        elif k in secs and isinstance(v, dict):
+            sub = {k: nest(v, secs[k], where, text, root, f"{_prefix}{k}.")}
+        elif k in cls.model_fields:
+            sub = {k: from_text(cls.model_fields[k].annotation, v) if text and isinstance(v, str) else v}
+        else:
+            owners = _owners(cls, k)
+            if len(owners) > 1:
+                raise ConfigError(f"key {_prefix + k!r} in {where} is in several sections; write one of "
+                                  f"{', '.join(f'{_prefix}{o}.{k}' for o in owners)}", key=_prefix + k)
+            if not owners:
+                raise ConfigError(f"unknown config key {_prefix + k!r} in {where}{_closest(_prefix + k, root)}",
+                                  key=_prefix + k)
+            sub = nest({f"{owners[0]}.{k}": v}, cls, where, text, root, _prefix)
+        out = _merge(out, sub)
+    return out
+
+def check_keys(d: dict, cls: Type[Config], where: str):
+    "Raise ConfigError for the first key of `d` that `cls` (with its sections) does not have."
+    nest(d, cls, where)
+
+# %% ../nbs/00_config.ipynb #10adc0f1
+def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, str]]:
+    "Split argv into an optional leading YAML path and a dict of `key=value` overrides (values as raw text)."
     yml, out = None, {}
     for i, a in enumerate(argv):
         if "=" not in a:
             if i == 0 and a.endswith((".yml", ".yaml")): yml = a; continue
             raise ConfigError(f"argument {a!r} is not key=value")
         k, v = a.split("=", 1)
-        k = k.strip().lstrip("-").replace("-", "_")
-        if v.strip().lower() == "none": out[k] = None; continue
-        try: out[k] = yaml.safe_load(v) if v.strip() else ""
-        except yaml.YAMLError: out[k] = v
+        out[k.strip().lstrip("-").replace("-", "_")] = v
     return yml, out
 
-def _closest(key: str, cls: Type[Config]) -> str:
-    m = difflib.get_close_matches(key, list(cls.model_fields), n=1, cutoff=0.5)
-    return f"; did you mean {m[0]!r}?" if m else ""
+def read_yaml(path) -> dict:
+    "A YAML file's top-level mapping; a missing file or a syntax error is a one-line ConfigError naming the file."
+    p = Path(path)
+    if not p.is_file(): raise ConfigError(f"config file {str(p)!r} does not exist")
+    try: d = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        m = getattr(e, "problem_mark", None)
+        at = f" at line {m.line + 1}, column {m.column + 1}" if m is not None else ""
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML{at}: "
+                          f"{getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+    if d is None: return {}
+    if not isinstance(d, dict): raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys, got {type(d).__name__}")
+    return d
 
-def check_keys(d: dict, cls: Type[Config], where: str):
-    "Raise ConfigError for the first key of `d` that `cls` does not have."
-    for k in d:
-        if k not in cls.model_fields: raise ConfigError(f"unknown config key {k!r} in {where}{_closest(k, cls)}")
+def _validation_error(e: ValidationError) -> ConfigError:
+    "The first error of `e` as a ConfigError naming its (dotted) key."
+    err = e.errors()[0]
+    key = ".".join(str(x) for x in err["loc"])
+    exc = (err.get("ctx") or {}).get("error")
+    msg = str(exc) if isinstance(exc, Exception) else err["msg"]
+    if not key: key = getattr(exc, "key", None) or ""
+    got = f" (got {err['input']!r})" if err["loc"] and "input" in err else ""
+    if not key: return ConfigError(f"bad config: {msg}")
+    return ConfigError(f"bad value for {key!r}: {msg}{got}", key=key)
 
 def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Path | None = None, **defaults) -> T:
     "Build `cls` from: its defaults < `defaults` < base YAML < model_overrides[model_name] < argv YAML < argv key=value."
     argv = sys.argv[1:] if argv is None else argv
     yml, kv = parse_kv(argv)
-    layers: list[tuple[str, dict]] = [("defaults", defaults)]
-    model_overrides = {}
-    for path in (base_yaml, yml):
-        if path is None: continue
-        d = yaml.safe_load(Path(path).read_text()) or {}
-        model_overrides |= d.pop("model_overrides", {}) or {}
-        layers.append((str(path), d))
-    layers.append(("command line", kv))
+    base = read_yaml(base_yaml) if base_yaml is not None else {}
+    user = read_yaml(yml) if yml is not None else {}
+    overrides = _merge(base.pop("model_overrides", None) or {}, user.pop("model_overrides", None) or {})
+    layers = [nest(defaults, cls, "defaults"), nest(base, cls, str(base_yaml)), None,
+              nest(user, cls, str(yml)), nest(kv, cls, "command line", text=True)]
+    name = next((l["model_name"] for l in layers[::-1] if l and "model_name" in l), None)
+    if name is None and "model_name" in cls.model_fields: name = cls.model_fields["model_name"].default
+    if name in overrides:    # the model's section: above the base YAML, below the user's YAML and the command line
+        layers[2] = nest(overrides[name], cls, f"model_overrides[{name}]")
     merged: dict[str, Any] = {}
-    for where, d in layers:
-        check_keys(d, cls, where); merged |= d
-    name = merged.get("model_name")
-    if name in model_overrides:   # the model's section sits between the YAML files and the command line
-        check_keys(model_overrides[name], cls, f"model_overrides[{name}]")
-        merged = {**merged, **{k: v for k, v in model_overrides[name].items() if k not in kv}}
+    for d in layers:
+        if d: merged = _merge(merged, d)
     try: return cls(**merged)
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"bad value for {key!r}: {err['msg']} (got {err.get('input')!r})") from None
+    except ValidationError as e: raise _validation_error(e) from None
 
 def dump_config(cfg: Config, path):
-    "Write the resolved config as YAML (the run folder keeps it next to the checkpoints)."
+    "Write the resolved config as YAML (the run folder keeps it next to the checkpoints; `load_config` reads it back)."
     Path(path).write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
 
 # %% ../nbs/00_config.ipynb #1e7e125b
 def output_dir(base_output_directory: str, run_name: str = "") -> Path:
     "base_output_directory/run_name, or base_output_directory when run_name is empty."
-    if not base_output_directory: raise ConfigError("base_output_directory is required")
+    if not base_output_directory: raise ConfigError("base_output_directory is required", key="base_output_directory")
     return Path(base_output_directory) / run_name if run_name else Path(base_output_directory)
 
+def user_errors() -> tuple:
+    "Exception classes that mean bad input (modules already imported only: nothing is imported here)."
+    out = [ValueError, yaml.YAMLError]
+    if "maxpost.data" in sys.modules: out.append(sys.modules["maxpost.data"].DataLoadError)
+    ex = sys.modules.get("datasets.exceptions")
+    if ex is not None and hasattr(ex, "DatasetGenerationError"): out.append(ex.DatasetGenerationError)
+    return tuple(out)
+
+def error_line(e: BaseException) -> str:
+    "One line for a user error: its message, plus its cause's when the message alone says little."
+    msg = " ".join(str(e).split()) or type(e).__name__
+    cause = e.__cause__ or e.__context__
+    if cause is not None and type(e).__name__ == "DatasetGenerationError":
+        msg += f": {type(cause).__name__}: {' '.join(str(cause).split())}"
+    return msg[:2000]
+
 def run_cli(fn):
-    "Call `fn()`; a ValueError becomes one line on stderr and exit status 2."
+    "Call `fn()`; bad input (see above) becomes one line on stderr, `error: …`, and exit status 2."
     try: return fn()
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr); raise SystemExit(2)
+    except Exception as e:
+        if not isinstance(e, user_errors()): raise
+        print(f"error: {error_line(e)}", file=sys.stderr); raise SystemExit(2)

@@ -8,43 +8,34 @@ Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
 # %% ../nbs/05_sft.ipynb #e1b87598
 from __future__ import annotations
-import json, math, os, re, resource, sys, time
+import json, math, os, resource, sys, time
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Annotated, Any, Iterator, Literal
 
 import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from pydantic import Field
 
-from .config import Config, ConfigError, dump_config, output_dir
+from .config import ConfigError, PosFloat, PosInt, dump_config, error_line, output_dir, user_errors
+from .loop import MeshKeys, ModelKeys, OptimizerKeys, RunKeys, make_optimizer, lr_schedule
+from .lora import (LoRAKeys, LORA_IN_AXES, init_lora, lora_axes, lora_shapes, lora_targets, lora_terms,
+                          merge_lora)
 from .model import (Decoder, ModelConfig, PRESETS, PARAM_AXES, get_preset, param_shapes, tiny_config)
 from .sharding import make_mesh, tree_shardings, batch_sharding, replicated, named_sharding
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'LORA_IN_AXES', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'token_nll', 'masked_mean',
-           'fused_nll_sum', 'head_weight', 'lora_targets', 'lora_shapes', 'lora_axes', 'init_lora', 'lora_terms',
-           'merge_lora', 'lr_schedule', 'make_optimizer', 'SFTTrainer', 'synthetic_examples', 'load_examples',
-           'random_params', 'load_base', 'train']
+__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'token_nll', 'masked_mean', 'fused_nll_sum',
+           'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
 
-class SFTConfig(Config):
-    "Every key of `python -m maxpost.train_sft`; MaxText's name wherever MaxText has the key."
-    # model
-    model_name: str = "gemma3-270m"            # a maxpost.model preset, or tiny-gemma3 / tiny-llama (tests)
-    load_parameters_path: str = ""              # maxpost checkpoint or HF folder; empty: random init
-    tokenizer_path: str = ""                    # default: the checkpoint's tokenizer
-    init_weights_seed: int = 0                  # random init (no load_parameters_path) and LoRA's A
-    dtype: Literal["float32", "bfloat16"] = "float32"        # compute dtype (activations, matmul inputs)
-    weight_dtype: Literal["float32", "bfloat16"] = "float32" # stored dtype of the weights (master copy)
-    remat_policy: Literal["none", "full"] = "none"            # full: recompute each layer in the backward pass
-    # where outputs go
-    run_name: str = ""
-    base_output_directory: str = ""
+class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora) and SFT's own."
     # data
     dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"   # hf: any source maxpost.data.load_sft_dataset reads
     hf_path: str = ""                           # dataset_type=hf: a local json/jsonl/parquet file or folder, or a hub id
@@ -52,44 +43,20 @@ class SFTConfig(Config):
     hf_eval_split: str = "test"                 # held-out split for eval_interval
     hf_eval_files: str = ""                     # held-out data from another file/folder/hub id (default: hf_path)
     num_train_rows: int = -1                    # use the first rows only (-1: all)
-    num_eval_rows: int = 256
+    num_eval_rows: int = 256                    # held-out rows loaded (-1: all)
     synthetic_task: Literal["reverse", "copy"] = "reverse"   # dataset_type=synthetic: token-level toy task
-    max_target_length: int = 1024
+    max_target_length: Annotated[int, Field(ge=2)] = 1024
     sft_train_on_completion_only: bool = True
     packing: bool = True
     data_shuffle_seed: int = 0
-    # optimisation
-    steps: int = 200
-    per_device_batch_size: float = 2.0          # global batch = per_device_batch_size × devices
-    gradient_accumulation_steps: int = 1        # micro-batches per optimizer step
-    learning_rate: float = 2e-5
-    warmup_steps_fraction: float = 0.1
-    learning_rate_schedule_steps: int = -1      # -1: steps
-    cosine_learning_rate_final_fraction: float = 0.1
-    adam_b1: float = 0.9
-    adam_b2: float = 0.95
-    adam_eps: float = 1e-8
-    adam_weight_decay: float = 0.1
-    gradient_clipping_threshold: float = 1.0    # 0: no clipping
-    loss_chunk_size: int = 256                  # positions per logits chunk of the loss
-    # evaluation, checkpoints, logging
+    # batch and loss
+    per_device_batch_size: PosFloat = 2.0       # global batch = per_device_batch_size × devices
+    gradient_accumulation_steps: PosInt = 1     # micro-batches per optimizer step
+    loss_chunk_size: PosInt = 256               # positions per logits chunk of the loss
+    # evaluation
     eval_interval: int = 50                     # <= 0: no eval
-    eval_steps: int = 4                         # held-out batches per eval
+    eval_steps: Annotated[int, Field(ge=-1)] = -1   # held-out batches per eval; -1: all of them
     eval_at_start: bool = True                  # also evaluate the untrained model (summary's eval_loss_initial)
-    enable_checkpointing: bool = True
-    checkpoint_period: int = 50
-    checkpoint_max_to_keep: int = 3
-    async_checkpointing: bool = True
-    save_model: bool = True                     # write a maxpost checkpoint (LoRA merged) to run_dir/model at the end
-    enable_tqdm: bool = True
-    # mesh
-    ici_fsdp_parallelism: int = -1
-    ici_tensor_parallelism: int = 1
-    # LoRA
-    use_lora: bool = False
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
-    lora_module_path: str = "wq|wk|wv|wo|w_gate|w_up|w_down"   # regex over layer weight names
 
 def model_config(model_name: str) -> ModelConfig:
     "The ModelConfig of a preset or tiny test model."
@@ -171,81 +138,6 @@ def head_weight(model: Decoder):
     "The output head as [V, d]: the tied embedding, or lm_head transposed."
     return model.embed[...] if model.cfg.tie_word_embeddings else model.lm_head[...].T
 
-# %% ../nbs/05_sft.ipynb #cadb6f2a
-LORA_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1}  # contracted axes after 'layers'
-
-def lora_targets(pattern: str) -> list[str]:
-    "Layer weights whose name matches `pattern` (full match); an error lists the names when none does."
-    try: names = [k for k in LORA_IN_AXES if re.fullmatch(pattern, k)]
-    except re.error as e: raise ConfigError(f"lora_module_path {pattern!r} is not a regular expression: {e}")
-    if not names: raise ConfigError(f"lora_module_path {pattern!r} matches no weight; names: {'|'.join(LORA_IN_AXES)}")
-    return names
-
-def lora_shapes(cfg: ModelConfig, rank: int, names: list[str]) -> dict:
-    "name → {'a': shape, 'b': shape} of the stacked LoRA factors."
-    shapes = param_shapes(cfg)
-    out = {}
-    for k in names:
-        s, n = shapes[k], LORA_IN_AXES[k]
-        out[k] = {"a": (s[0], *s[1:1 + n], rank), "b": (s[0], rank, *s[1 + n:])}
-    return out
-
-def lora_axes(names: list[str]) -> dict:
-    "name → {'a': logical axes, 'b': logical axes}, from the base weight's axes."
-    out = {}
-    for k in names:
-        ax, n = PARAM_AXES[k], LORA_IN_AXES[k]
-        out[k] = {"a": (ax[0], *ax[1:1 + n], "lora_rank"), "b": (ax[0], "lora_rank", *ax[1 + n:])}
-    return out
-
-def init_lora(cfg: ModelConfig, rank: int, names: list[str], key) -> dict:
-    "Fresh LoRA factors in float32: A ~ N(0, 1/I), B = 0."
-    out = {}
-    for i, (k, s) in enumerate(lora_shapes(cfg, rank, names).items()):
-        fan_in = math.prod(s["a"][1:-1])
-        out[k] = {"a": jax.random.normal(jax.random.fold_in(key, i), s["a"], jnp.float32) * fan_in ** -0.5,
-                  "b": jnp.zeros(s["b"], jnp.float32)}
-    return out
-
-def lora_terms(lora: dict, scale: float) -> dict:
-    "The model's `lora=` argument: name → (A, scale · B)."
-    return {k: (v["a"], v["b"] * scale) for k, v in lora.items()}
-
-def merge_lora(params: dict, lora: dict, scale: float) -> dict:
-    "Params with W + scale · A B folded in (same dtypes as `params`)."
-    out = dict(params)
-    for k, v in lora.items():
-        a, b = jnp.asarray(v["a"], jnp.float32), jnp.asarray(v["b"], jnp.float32)
-        a2 = a.reshape(a.shape[0], -1, a.shape[-1]); b2 = b.reshape(b.shape[0], b.shape[1], -1)
-        delta = jnp.einsum("lir,lro->lio", a2, b2).reshape(params[k].shape) * scale
-        out[k] = (jnp.asarray(params[k], jnp.float32) + delta).astype(jnp.asarray(params[k]).dtype)
-    return out
-
-# %% ../nbs/05_sft.ipynb #e97f7668
-def lr_schedule(learning_rate: float, steps: int, warmup_steps_fraction: float = 0.1,
-                cosine_learning_rate_final_fraction: float = 0.1, learning_rate_schedule_steps: int = -1):
-    "Linear warmup, cosine decay to `learning_rate · final_fraction` at the schedule's end, then 0."
-    S = steps if learning_rate_schedule_steps <= 0 else learning_rate_schedule_steps
-    W, f = int(S * warmup_steps_fraction), cosine_learning_rate_final_fraction
-    def sched(step):
-        s = jnp.asarray(step, jnp.float32)
-        warm = learning_rate * (s + 1) / max(W, 1)
-        frac = jnp.clip((s - W) / max(S - W, 1), 0.0, 1.0)
-        cos = learning_rate * (f + (1 - f) * 0.5 * (1 + jnp.cos(jnp.pi * frac)))
-        return jnp.where(s < W, warm, jnp.where(s < S, cos, 0.0))
-    return sched
-
-def make_optimizer(cfg: SFTConfig) -> tuple[optax.GradientTransformation, Any]:
-    "(AdamW with clipping and the schedule, the schedule)."
-    sched = lr_schedule(cfg.learning_rate, cfg.steps, cfg.warmup_steps_fraction,
-                        cfg.cosine_learning_rate_final_fraction, cfg.learning_rate_schedule_steps)
-    decay = lambda params: jax.tree_util.tree_map_with_path(
-        lambda path, _: not str(getattr(path[0], "key", "")).endswith("norm"), params)
-    chain = [optax.clip_by_global_norm(cfg.gradient_clipping_threshold)] if cfg.gradient_clipping_threshold > 0 else []
-    chain.append(optax.adamw(sched, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
-                             weight_decay=cfg.adam_weight_decay, mask=decay))
-    return optax.chain(*chain), sched
-
 # %% ../nbs/05_sft.ipynb #43b6aa99
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -254,7 +146,7 @@ class SFTTrainer:
     def __init__(self, cfg: SFTConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: the run's config; mcfg: the model's shapes; base_params: name → array (numpy or jax), maxpost layout
         self.cfg, self.mcfg = cfg, mcfg
-        self.mesh = mesh if mesh is not None else make_mesh(cfg.ici_fsdp_parallelism, cfg.ici_tensor_parallelism)
+        self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
         abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=self.dtype, param_dtype=self.wdtype,
                                                   remat=cfg.remat_policy == "full"))
@@ -264,7 +156,7 @@ class SFTTrainer:
         if missing: raise ValueError(f"base params lack {sorted(missing)}")
         base_sh = tree_shardings(self.mesh, PARAM_AXES, shapes)
         base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(self.wdtype)), base_sh[k]) for k in shapes}
-        self.lora_scale = cfg.lora_alpha / cfg.lora_rank
+        self.lora_scale = cfg.lora_scale
         if cfg.use_lora:
             self.lora_names = lora_targets(cfg.lora_module_path)
             ax = lora_axes(self.lora_names); sh = lora_shapes(mcfg, cfg.lora_rank, self.lora_names)
@@ -274,7 +166,7 @@ class SFTTrainer:
         else:
             self.lora_names, self.param_sh, self.frozen, self.frozen_sh = [], base_sh, {}, {}
             self._base = base
-        self.opt, self.sched = make_optimizer(cfg)
+        self.opt, self.sched = cfg.optimizer(cfg.steps)
         rep = replicated(self.mesh)
         self.batch_sh = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, "fsdp", None))
         self.batch2_sh = batch_sharding(self.mesh)
@@ -388,7 +280,11 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         if cfg.dataset_type == "hf" and not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
-        ex, report = load_sft_examples(tok, cfg.max_target_length, source or cfg.hf_path or None, split, rows)
+        key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
+        try: ex, report = load_sft_examples(tok, cfg.max_target_length, where or None, split, rows)
+        except Exception as e:     # a missing source (DataLoadError) or a file that does not parse (datasets' error)
+            if not isinstance(e, user_errors()): raise
+            raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
         print(f"{split}: {report.n_examples} examples, {report.n_target_tokens} target tokens; {report}", file=sys.stderr)
     if not ex: raise ValueError(f"no {split} examples")
     top = max(int(e.ids.max()) for e in ex)
@@ -453,7 +349,7 @@ def train(cfg: SFTConfig) -> dict:
     run_dir = output_dir(cfg.base_output_directory, cfg.run_name).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yml")
-    mesh = make_mesh(cfg.ici_fsdp_parallelism, cfg.ici_tensor_parallelism)
+    mesh = cfg.mesh()
     B = int(round(cfg.per_device_batch_size * mesh.size))
     if B < 1 or B % mesh.shape["fsdp"]:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "

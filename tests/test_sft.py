@@ -120,3 +120,40 @@ def test_gemma3_270m_lora_gsm8k_lowers_loss(hf_gemma):
     print(f"loss before {before:.4f}, per step {losses}, after {after:.4f}")
     assert abs(losses[0] - before) < 1e-3 * before      # B = 0: step 1 sees the base model
     assert after < before - 0.05, (before, after)
+
+def _one_line_error(r, *needles):
+    "Exit 2 with exactly one `error:` line, no traceback, naming each of `needles`."
+    assert r.returncode == 2, f"exit {r.returncode}\n{r.stderr[-3000:]}"
+    errs = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert len(errs) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    for n in needles: assert n in errs[0], errs[0]
+    return errs[0]
+
+def test_bad_input_is_one_line(tmp_path, hf_smol):
+    """The four bad inputs that used to escape as tracebacks (issue 11) end with one `error:` line and exit 2: a YAML
+    syntax error in the first-argument file, hf_path naming a missing file, a .jsonl that is not JSON, and
+    learning_rate=.nan (accepted before: the run trained to a NaN loss and saved the model)."""
+    from conftest import run_module
+    out = [f"base_output_directory={tmp_path}", "enable_tqdm=false"]
+    bad = tmp_path / "bad.yml"; bad.write_text("steps: [1, 2\nlearning_rate: 3\n")
+    _one_line_error(run_module("maxpost.train_sft", bad, *TINY, *out, check=False), str(bad), "line 2")
+    hf = ["model_name=tiny-gemma3", "dataset_type=hf", f"tokenizer_path={hf_smol}"]
+    missing = tmp_path / "nowhere.jsonl"
+    _one_line_error(run_module("maxpost.train_sft", *hf, f"hf_path={missing}", *out, check=False), "hf_path", str(missing))
+    notjson = tmp_path / "rows.jsonl"; notjson.write_text('{"messages": [}\nthis is not json\n')
+    _one_line_error(run_module("maxpost.train_sft", *hf, f"hf_path={notjson}", *out, check=False), "hf_path", str(notjson))
+    _one_line_error(run_module("maxpost.train_sft", *TINY, "learning_rate=.nan", *out, check=False),
+                    "bad value for 'learning_rate'")
+    assert not any(tmp_path.glob("**/checkpoints")), "a run started"
+
+def test_user_yaml_beats_model_section_and_text_stays_text(tmp_path):
+    """Layer order (issue 11): the user's YAML beats the base YAML's model section (tiny-gemma3 sets
+    max_target_length 64; the user's 96 wins), the command line beats both; run_name=2024-01-01 stays a string."""
+    from maxpost.config import load_config
+    from maxpost.sft import SFTConfig
+    from maxpost.train_sft import default_config
+    mine = tmp_path / "mine.yml"; mine.write_text("model_name: tiny-gemma3\nmax_target_length: 96\n")
+    c = load_config(SFTConfig, [str(mine), "run_name=2024-01-01"], base_yaml=default_config())
+    assert (c.max_target_length, c.dataset_type, c.run_name) == (96, "synthetic", "2024-01-01"), c
+    c = load_config(SFTConfig, [str(mine), "max_target_length=48", "run_name=yes"], base_yaml=default_config())
+    assert (c.max_target_length, c.run_name) == (48, "yes")
