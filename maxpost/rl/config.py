@@ -8,12 +8,14 @@ Docs: https://maxpost.github.io/maxpost/rl_config.html.md"""
 # %% ../../nbs/10a_rl_config.ipynb #ba8ce9ab
 from __future__ import annotations
 import dataclasses
-from typing import Literal, get_type_hints
+from typing import Annotated, Literal, get_type_hints
 
 import jax
-from pydantic import Field, create_model
+from pydantic import Field, create_model, model_validator
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt
+from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
+from ..lora import LoRAKeys
 from ..losses import LossConfig, resolve_loss_config, LOSS_PRESETS
 
 # %% auto #0
@@ -31,84 +33,77 @@ LossSection = create_model(
 
 LossPreset = Literal[tuple(LOSS_PRESETS)]
 
-class RLConfig(Config):
-    "Every key of `python -m maxpost.train_rl`."
-    # model
-    model_name: str = "gemma3-270m"            # a maxpost.model preset, or tiny-gemma3 / tiny-llama (tests)
-    load_parameters_path: str = ""              # maxpost checkpoint or HF folder; empty: random init
-    tokenizer_path: str = ""                    # default: the checkpoint's tokenizer
-    init_weights_seed: int = 0                  # random init and LoRA's A
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    weight_dtype: Literal["float32", "bfloat16"] = "float32"
-    remat_policy: Literal["none", "full"] = "none"
-    chips_per_vm: int = 0                       # devices to use; 0: all of jax.devices()
-    ici_fsdp_parallelism: int = -1
-    ici_tensor_parallelism: int = 1
-    # outputs
-    run_name: str = ""
-    base_output_directory: str = ""
+class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora), RL's own keys."
+    # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
+    learning_rate: NonNegFloat = 1e-6
+    warmup_steps_fraction: Fraction = 0.0
+    cosine_learning_rate_final_fraction: Fraction = 1.0   # 1: constant after warmup
+    adam_b2: Beta = 0.99
+    adam_weight_decay: NonNegFloat = 0.0
+    steps: PosInt = 100                     # RL steps (each runs num_iterations × num_minibatches updates)
+    checkpoint_period: NonNegInt = 25       # 0: only at the end
+    checkpoint_max_to_keep: PosInt = 2
     # data
     dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"  # synthetic: single-digit additions (tiny models)
-    hf_path: str = ""                           # dataset_type=hf: local json/jsonl/parquet file or folder, or hub id
+    hf_path: str = ""                       # dataset_type=hf: local json/jsonl/parquet file or folder, or hub id
     train_split: str = "train"
     eval_split: str = "test"
     prompt_column: str = "question"
-    answer_column: str = "answer"               # must exist: reward functions get it as their `answer` column
-    prompt_template: str = "maxtext_gsm8k"      # maxpost.rewards.PROMPT_TEMPLATES
-    few_shot: int = 0                           # solved GSM8K train rows (the first k, never trained on) before each prompt
+    answer_column: str = "answer"           # must exist: reward functions get it as their `answer` column
+    prompt_template: str = "maxtext_gsm8k"  # maxpost.rewards.PROMPT_TEMPLATES
+    few_shot: NonNegInt = 0                 # solved GSM8K train rows (the first k, never trained on) before each prompt
     num_train_rows: int = -1
-    num_eval_rows: int = 64
+    num_eval_rows: int = 64                 # <= 0: the whole split
     data_shuffle_seed: int = 0
-    max_prefill_predict_length: int = 256       # longest prompt in tokens; longer prompts are skipped (counted)
-    max_completion_length: int = 256            # completion budget in tokens (the stop token included)
+    max_prefill_predict_length: PosInt = 256       # longest prompt in tokens; longer prompts are skipped (counted)
+    max_completion_length: PosInt = 256     # completion budget in tokens (the stop token included)
     # rollout
     rollout_engine: Literal["native", "vllm"] = "native"
-    batch_size: int = 4                         # prompts per RL step
-    num_generations: int = 4                    # G, completions per prompt (>= 2)
-    decode_sampling_temperature: float = 1.0    # > 0: at 0 every group would be flat
-    decode_sampling_top_k: int = 0
-    decode_sampling_nucleus_p: float = 1.0
-    use_engine_logprobs: bool = False           # old log-probs from the sampler instead of a training forward pass
-    max_dynamic_sampling_rounds: int = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
+    batch_size: PosInt = 4                  # prompts per RL step
+    num_generations: int = 4                # G, completions per prompt (>= 2)
+    decode_sampling_temperature: NonNegFloat = 1.0    # > 0: at 0 every group would be flat
+    decode_sampling_top_k: NonNegInt = 0    # 0: no limit
+    decode_sampling_nucleus_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    use_engine_logprobs: bool = False       # old log-probs from the sampler instead of a training forward pass
+    max_dynamic_sampling_rounds: NonNegInt = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
     rollout_seed: int = 0
     # loss
-    loss_algo: LossPreset = "grpo"              # the preset (maxpost.losses.LOSS_PRESETS)
+    loss_algo: LossPreset = "grpo"          # the preset (maxpost.losses.LOSS_PRESETS)
     loss: LossSection = Field(default_factory=LossSection)   # overrides of the preset's values
-    num_iterations: int = 1                     # μ: optimisation passes over each rollout batch
-    num_minibatches: int = 1                    # optimizer steps per pass
+    num_iterations: PosInt = 1              # μ: optimisation passes over each rollout batch
+    num_minibatches: PosInt = 1             # optimizer steps per pass
     # rewards
     reward_functions: str = "gsm8k_answer,gsm8k_exact_format"   # built-in names, comma-separated
     reward_weights: str | list | float | None = None    # one weight per function (built-ins first, then the path's); None: 1s
-    reward_functions_path: str = ""             # 'path/to/module.py:fn1,fn2' or 'pkg.mod:fn'
-    # optimisation
-    steps: int = 100
-    max_train_seconds: float = 0.0              # > 0: stop after the step that passes this wall-clock budget
-    learning_rate: float = 1e-6
-    warmup_steps_fraction: float = 0.0
-    learning_rate_schedule_steps: int = -1
-    cosine_learning_rate_final_fraction: float = 1.0   # 1: constant after warmup
-    adam_b1: float = 0.9
-    adam_b2: float = 0.99
-    adam_eps: float = 1e-8
-    adam_weight_decay: float = 0.0
-    gradient_clipping_threshold: float = 1.0
-    loss_chunk_size: int = 256                  # positions per logits chunk (log-probs, entropy)
-    # LoRA
-    use_lora: bool = False
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
-    lora_module_path: str = "wq|wk|wv|wo|w_gate|w_up|w_down"
-    # evaluation before/after, checkpoints, logging
+    reward_functions_path: str = ""         # 'path/to/module.py:fn1,fn2' or 'pkg.mod:fn'
+    loss_chunk_size: PosInt = 256           # positions per logits chunk (log-probs, entropy)
+    # evaluation before/after, logging
     eval_before_after: bool = True
-    eval_num_samples: int = 1                   # samples per eval prompt (> 1 needs eval_temperature > 0)
-    eval_temperature: float = 0.0               # 0: greedy
-    enable_checkpointing: bool = True
-    checkpoint_period: int = 25                 # 0: only at the end
-    checkpoint_max_to_keep: int = 2
-    async_checkpointing: bool = True
-    save_model: bool = True
-    enable_tqdm: bool = True
-    log_completions: int = 0                    # completions written to completions.jsonl per step
+    eval_num_samples: PosInt = 1            # samples per eval prompt (> 1 needs eval_temperature > 0)
+    eval_temperature: NonNegFloat = 0.0     # 0: greedy
+    log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        "The checks between keys; each error names its key."
+        if self.num_generations < 2:
+            raise ConfigError(f"num_generations must be >= 2 (a group needs a baseline for its advantage), got "
+                              f"{self.num_generations}", key="num_generations")
+        if (self.batch_size * self.num_generations) % self.num_minibatches:
+            raise ConfigError(f"batch_size × num_generations = {self.batch_size * self.num_generations} rows do not "
+                              f"split into num_minibatches={self.num_minibatches}", key="num_minibatches")
+        if self.decode_sampling_temperature == 0:
+            raise ConfigError(f"decode_sampling_temperature must be > 0: greedy rollouts make the {self.num_generations}"
+                              f" completions of a prompt identical, so every group's rewards are equal, every "
+                              f"advantage is 0 and nothing is learned", key="decode_sampling_temperature")
+        if self.eval_before_after and self.eval_num_samples > 1 and self.eval_temperature == 0:
+            raise ConfigError(f"eval_num_samples={self.eval_num_samples} with eval_temperature=0: greedy samples of a "
+                              f"prompt are identical; set eval_num_samples=1 or eval_temperature > 0",
+                              key="eval_num_samples")
+        if self.few_shot and self.dataset_type != "gsm8k":
+            raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
+        return self
 
 # %% ../../nbs/10a_rl_config.ipynb #68437928
 def loss_config(cfg: RLConfig) -> LossConfig:
@@ -132,30 +127,11 @@ def reward_weights(cfg: RLConfig, n: int) -> list[float]:
     return w
 
 def check_config(cfg: RLConfig) -> LossConfig:
-    "Every check that needs no model or data; returns the resolved loss config."
-    if cfg.num_generations < 2:
-        raise ConfigError(f"num_generations must be >= 2 (a group needs a baseline for its advantage), got "
-                          f"{cfg.num_generations}")
-    for k in ("batch_size", "num_iterations", "num_minibatches", "steps", "max_completion_length",
-              "max_prefill_predict_length", "loss_chunk_size", "eval_num_samples"):
-        if getattr(cfg, k) < 1: raise ConfigError(f"{k} must be >= 1, got {getattr(cfg, k)}")
-    if (cfg.batch_size * cfg.num_generations) % cfg.num_minibatches:
-        raise ConfigError(f"batch_size × num_generations = {cfg.batch_size * cfg.num_generations} rows do not split "
-                          f"into num_minibatches={cfg.num_minibatches}")
-    if not cfg.decode_sampling_temperature > 0:
-        raise ConfigError(f"decode_sampling_temperature must be > 0, got {cfg.decode_sampling_temperature}: greedy "
-                          f"rollouts make the {cfg.num_generations} completions of a prompt identical, so every group's "
-                          f"rewards are equal, every advantage is 0 and nothing is learned")
-    if cfg.eval_temperature < 0: raise ConfigError(f"eval_temperature must be >= 0 (0: greedy), got {cfg.eval_temperature}")
-    if cfg.eval_before_after and cfg.eval_num_samples > 1 and cfg.eval_temperature == 0:
-        raise ConfigError(f"eval_num_samples={cfg.eval_num_samples} with eval_temperature=0: greedy samples of a "
-                          f"prompt are identical; set eval_num_samples=1 or eval_temperature > 0")
+    "The checks that need the machine (devices, rollout engine) but no model or data; returns the resolved loss config."
     n = jax.device_count()
-    if cfg.chips_per_vm < 0 or cfg.chips_per_vm > n:
+    if cfg.chips_per_vm > n:
         raise ConfigError(f"chips_per_vm={cfg.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})")
-    if cfg.few_shot < 0: raise ConfigError(f"few_shot must be >= 0, got {cfg.few_shot}")
-    if cfg.few_shot and cfg.dataset_type != "gsm8k":
-        raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k")
-    from maxpost.generate import check_engine
+    from maxpost.engine import check_engine
     check_engine(cfg.rollout_engine)
     return loss_config(cfg)
+

@@ -66,7 +66,7 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     _check_columns(cfg, rows, split)
     if tokenizer is None: raise ConfigError("a tokenizer is needed: set tokenizer_path or use a checkpoint with one")
     from maxpost.rewards import build_prompt
-    from maxpost.generate import chat_prompt_ids
+    from maxpost.engine import chat_prompt_ids
     out, skipped = [], 0
     shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
     first = cfg.few_shot if shots and split == cfg.train_split else 0    # the examples are not trained on
@@ -106,7 +106,7 @@ def round_seed(rng, k: int) -> int:
 
 def sampling_params(cfg: RLConfig, seed: int):
     "The rollout's SamplingParams: G samples per prompt at the run's temperature / top-k / top-p."
-    from maxpost.generate import SamplingParams
+    from maxpost.engine import SamplingParams
     return SamplingParams(temperature=cfg.decode_sampling_temperature, top_k=cfg.decode_sampling_top_k,
                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length,
                           n=cfg.num_generations, seed=seed)
@@ -144,7 +144,7 @@ def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
 def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: float = 0.0, seed: int = 0,
                   max_tokens: int = 256, answer_column: str = "answer") -> dict:
     "Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n."
-    from maxpost.generate import SamplingParams
+    from maxpost.engine import SamplingParams
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed)
     ids = [int(r.get("dataset_index", i)) for i, r in enumerate(rows)]
     res = engine.generate([r["prompt_ids"] for r in rows], sp, stream_ids=ids)

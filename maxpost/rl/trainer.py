@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/rl_trainer.html.md"""
 
 # %% ../../nbs/10c_rl_trainer.ipynb #9b50f82f
 from __future__ import annotations
-import json, sys, time, types
+import json, sys, time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,8 @@ from flax import nnx
 from ..config import ConfigError, dump_config, output_dir
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
 from ..losses import LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty, policy_loss
-from ..sft import (DTYPES, init_lora, lora_targets, lora_terms, make_optimizer, merge_lora, _keep_metrics_until)
+from ..lora import init_lora, lora_targets, lora_terms, merge_lora
+from ..sft import DTYPES, _keep_metrics_until
 from ..sharding import make_mesh, tree_shardings
 from .config import RLConfig, check_config
 from .rollout import (PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
@@ -77,7 +78,7 @@ class RLTrainer:
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
         self.ref = (base if cfg.use_lora else jax.tree.map(jnp.copy, base)) if self.use_ref else None
         n_updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
-        self.opt, self.sched = make_optimizer(types.SimpleNamespace(**(dict(cfg) | {"steps": n_updates})))
+        self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
         self._logps = jax.jit(self._logps_fn, static_argnames=("policy",))
         self._update = jax.jit(self._update_fn, donate_argnums=(0,))
@@ -238,7 +239,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
 def load_policy_base(cfg: RLConfig):
     "(model config, base params as numpy, tokenizer) of the run; a checkpoint of another model raises."
     from maxpost.sft import load_base
-    from maxpost.generate import load_tokenizer
+    from maxpost.engine import load_tokenizer
     mcfg, params, tok_dir = load_base(cfg)
     if cfg.dataset_type == "synthetic":
         from maxpost.testing import DigitTokenizer
@@ -249,7 +250,7 @@ def load_policy_base(cfg: RLConfig):
 def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     "The rollout engine over the policy's current weights."
     from maxpost.checkpoint import empty_decoder
-    from maxpost.generate import make_engine
+    from maxpost.engine import make_engine
     stop = None
     if cfg.dataset_type == "synthetic":
         from maxpost.testing import EOS
