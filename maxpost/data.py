@@ -19,8 +19,7 @@ logger = logging.getLogger("maxpost.data")
 __all__ = ['logger', 'SCHEMAS', 'CALCULATOR_ANNOTATION', 'ANSWER_FORMATS', 'BATCH_KEYS', 'DataLoadError', 'load_sft_dataset',
            'BadRow', 'detect_schema', 'strip_calculator', 'format_answer', 'to_messages', 'chat_text_spans',
            'mask_from_offsets', 'trained_pieces', 'show_mask', 'SFTExample', 'DataReport', 'tokenize_sft',
-           'tokenize_chat', 'pack_first_fit', 'collate', 'SFTDataIterator', 'gsm8k_file', 'default_sft_dataset',
-           'load_sft_examples']
+           'tokenize_chat', 'pack_first_fit', 'collate', 'SFTDataIterator', 'default_sft_dataset', 'load_sft_examples']
 
 # %% ../nbs/04_data.ipynb #783b5373
 class DataLoadError(OSError):
@@ -83,7 +82,8 @@ def detect_schema(columns: Iterable[str]) -> str:
                      f"'question' + 'answer' (or pass schema=)")
 
 # %% ../nbs/04_data.ipynb #5fc670ed
-from .rewards import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_reasoning
+from .rewards.answers import content_text
+from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_path, gsm8k_reasoning
 
 CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's '<<48/2=24>>'
 ANSWER_FORMATS = {"gsm8k": "plain", "tags": "maxtext_gsm8k", "raw": None}  # answer format -> rewards template
@@ -104,14 +104,6 @@ def format_answer(answer: str, answer_format: str = "gsm8k") -> str:
     return t.assistant.format(reasoning=gsm8k_reasoning(answer), answer=format_gold(answer))
 
 # %% ../nbs/04_data.ipynb #6bb269c1
-def _text(content) -> str:
-    "A message content as text: a string, or a list of `{'type': 'text', 'text': …}` parts."
-    if content is None: return ""
-    if isinstance(content, str): return content
-    if isinstance(content, (list, tuple)):
-        return "".join((p.get("text") or "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
-
 def _chat(msgs, train: bool = True) -> list[dict]:
     "Validated copies of chat messages; assistant turns get `train=False` when `train` is False."
     if isinstance(msgs, dict): msgs = [msgs]
@@ -120,7 +112,7 @@ def _chat(msgs, train: bool = True) -> list[dict]:
     for m in msgs:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str): raise BadRow("malformed messages")
         d = {k: v for k, v in m.items() if v is not None}  # Arrow fills fields absent from a message with None
-        d["content"] = _text(m.get("content"))
+        d["content"] = content_text(m.get("content"))
         if not train and d["role"] == "assistant": d["train"] = False
         out.append(d)
     return out
@@ -439,23 +431,11 @@ class SFTDataIterator:
         self.epoch, self.position = epoch, pos
 
 # %% ../nbs/04_data.ipynb #4b09e9d2
-def gsm8k_file(split: str = "train") -> Path:
-    "The project's GSM8K `split` JSONL: `maxpost.rewards.gsm8k_path`, else the package copy, else ../shared."
-    try:
-        from maxpost.rewards import gsm8k_path
-        return gsm8k_path(split)
-    except (ImportError, FileNotFoundError): pass
-    pkg = Path(__file__).resolve().parent
-    tried = [pkg / "data" / "gsm8k" / f"{split}.jsonl", pkg.parent.parent / "shared" / "data" / "gsm8k" / f"{split}.jsonl"]
-    for p in tried:
-        if p.is_file(): return p
-    raise FileNotFoundError(f"GSM8K {split}.jsonl not found; looked in: {', '.join(map(str, tried))}")
-
 def default_sft_dataset(split: str = "train", num_rows: int | None = None, answer_format: str = "gsm8k",
                         prompt_template: str | Callable | None = None):
     "GSM8K `split` as a `datasets.Dataset` with question, answer and the chat `messages` to train on."
     import datasets
-    ds = load_sft_dataset(gsm8k_file(split), split=split, num_rows=num_rows)
+    ds = load_sft_dataset(gsm8k_path(split), split=split, num_rows=num_rows)
     cols = ds.to_dict(); q, a = cols["question"], cols["answer"]
     msgs = [to_messages({"question": x, "answer": y}, "question_answer", prompt_template, answer_format)
             for x, y in zip(q, a)]

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .rewards import (completion_text, extract_answer, format_gold, format_ok, is_correct, normalize_number)
+from .rewards.answers import completion_text, extract_answer, is_correct, normalize_number
+from .rewards.gsm8k import format_gold, format_ok
 
 # %% auto #0
 __all__ = ['pass_at_k', 'majority_answer', 'maj_at_k', 'wilson_interval', 'bootstrap_ci', 'summarize', 'format_summary',
