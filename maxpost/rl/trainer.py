@@ -17,12 +17,13 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from ..config import ConfigError, dump_config, output_dir
+from ..config import ConfigError
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
 from ..losses import LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty, policy_loss
-from ..lora import init_lora, lora_targets, lora_terms, merge_lora
-from ..sft import DTYPES, _keep_metrics_until
-from ..sharding import make_mesh, tree_shardings
+from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora
+from ..loop import RunLoop, jit_sharded, train_state_shardings
+from ..sft import DTYPES
+from ..sharding import named_sharding, replicated, tree_shardings
 from .config import RLConfig, check_config
 from .rollout import (PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
                                 load_rewards, rollout_arrays, round_seed, sampling_params, score, summarize_eval)
@@ -59,38 +60,51 @@ class RLTrainer:
     def __init__(self, cfg: RLConfig, lc: LossConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: run config; lc: resolved loss config; mcfg: model shapes; base_params: name → array (maxpost layout)
         self.cfg, self.lc, self.mcfg = cfg, lc, mcfg
-        devs = jax.devices()[:cfg.chips_per_vm] if cfg.chips_per_vm else None
-        self.mesh = mesh if mesh is not None else make_mesh(cfg.ici_fsdp_parallelism, cfg.ici_tensor_parallelism, devs)
+        self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
         abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=self.dtype, param_dtype=self.wdtype,
                                                   remat=cfg.remat_policy == "full"))
         self.graphdef, _ = nnx.split(abstract)
         shapes = param_shapes(mcfg)
-        sh = tree_shardings(self.mesh, PARAM_AXES, shapes)
-        base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(self.wdtype)), sh[k]) for k in shapes}
-        self.lora_scale = cfg.lora_alpha / cfg.lora_rank
+        base_sh = tree_shardings(self.mesh, PARAM_AXES, shapes)
+        base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(self.wdtype)), base_sh[k]) for k in shapes}
+        self.lora_scale = cfg.lora_scale
         self.use_ref = lc.beta > 0
         if cfg.use_lora:
             self.lora_names = lora_targets(cfg.lora_module_path)
-            self.frozen, self._base = base, None                  # reference = frozen base, lora=None
+            ax, ls = lora_axes(self.lora_names), lora_shapes(mcfg, cfg.lora_rank, self.lora_names)
+            self.param_sh = {k: {p: named_sharding(self.mesh, ax[k][p], ls[k][p]) for p in ("a", "b")} for k in ls}
+            self.frozen, self.frozen_sh, self._base = base, base_sh, None   # reference = frozen base, lora=None
+            abs_params = jax.eval_shape(self._init_lora, jax.random.key(0))
         else:
-            self.lora_names, self.frozen, self._base = [], {}, base
+            self.lora_names, self.param_sh, self.frozen, self.frozen_sh, self._base = [], base_sh, {}, {}, base
+            abs_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base)
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
         self.ref = (base if cfg.use_lora else jax.tree.map(jnp.copy, base)) if self.use_ref else None
         n_updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
         self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
+        self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
         self._logps = jax.jit(self._logps_fn, static_argnames=("policy",))
-        self._update = jax.jit(self._update_fn, donate_argnums=(0,))
+        # minibatch and metrics replicated (None); state and frozen weights on their shardings
+        self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, None),
+                                   (self.state_sh, None), donate_argnums=(0,))
+
+    def _init_lora(self, key):
+        return init_lora(self.mcfg, self.cfg.lora_rank, self.lora_names, key)
 
     def init_state(self) -> dict:
-        "Step 0: fresh LoRA (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
+        "Step 0 on the state's shardings: fresh LoRA (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
         k_lora, k_run = jax.random.split(jax.random.key(self.cfg.init_weights_seed))
-        if self.cfg.use_lora:
-            params = init_lora(self.mcfg, self.cfg.lora_rank, self.lora_names, k_lora)
-        else: params, self._base = self._base, None
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": jax.jit(self.opt.init)(params),
-                "rng": jax.random.key_data(k_run)}
+        if self.cfg.use_lora: params = jax.jit(self._init_lora, out_shardings=self.param_sh)(k_lora)
+        else: params, self._base = self._base, None        # the state owns (and donates) the base weights
+        opt_state = jax.jit(self.opt.init, out_shardings=self.state_sh["opt_state"])(params)
+        return {"step": self.replicate(jnp.zeros((), jnp.int32)), "params": params, "opt_state": opt_state,
+                "rng": self.replicate(jax.random.key_data(k_run))}
+
+    def replicate(self, x):
+        "`x` replicated on the mesh, where the state keeps its step and RNG."
+        return jax.device_put(x, self.state_sh["step"])
 
     def model_and_lora(self, trainable, frozen):
         "(Decoder, lora argument) for trainable params."
@@ -207,7 +221,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     ms = jax.device_get(ms)
     t["update"] = time.perf_counter() - t0
     new_rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
-    state = {**state, "step": state["step"] + 1, "rng": new_rng}
+    state = {**state, "step": trainer.replicate(state["step"] + 1), "rng": trainer.replicate(new_rng)}
 
     t0 = time.perf_counter()
     engine.sync_weights(trainer.engine_params(state)); t["sync"] = time.perf_counter() - t0
@@ -303,14 +317,10 @@ def before_after_table(before: dict, after: dict) -> str:
     return "\n".join(lines)
 
 def train(cfg: RLConfig) -> dict:
-    "Run (or resume) RL as `cfg` says; returns a summary."
-    import orbax.checkpoint as ocp
-    from tqdm.auto import tqdm
-    from tensorboardX import SummaryWriter
+    "Run (or resume) RL as `cfg` says, as a step function on maxpost.loop.RunLoop; returns a summary."
     lc = check_config(cfg)
     fns, weights = load_rewards(cfg)
     check_dataset(cfg)
-    run_dir = output_dir(cfg.base_output_directory, cfg.run_name).absolute()
     mcfg, base, tok, tok_dir = load_policy_base(cfg)
     train_rows, skipped = load_prompts(cfg, tok, cfg.train_split, None if cfg.num_train_rows < 0 else cfg.num_train_rows)
     eval_rows = []
@@ -318,36 +328,17 @@ def train(cfg: RLConfig) -> dict:
         eval_rows, _ = load_prompts(cfg, tok, cfg.eval_split, cfg.num_eval_rows if cfg.num_eval_rows > 0 else None)
     if len(train_rows) < cfg.batch_size:
         raise ConfigError(f"{len(train_rows)} training prompts for batch_size={cfg.batch_size}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, run_dir / "config.yml")
     trainer = RLTrainer(cfg, lc, mcfg, base)
     del base
-    state = trainer.init_state()
     stream = PromptStream(train_rows, cfg.data_shuffle_seed)
-
-    mngr = None
-    if cfg.enable_checkpointing:
-        opts = ocp.CheckpointManagerOptions(max_to_keep=cfg.checkpoint_max_to_keep, create=True,
-                                            enable_async_checkpointing=cfg.async_checkpointing)
-        mngr = ocp.CheckpointManager(run_dir / "checkpoints", options=opts)
-    start = 0
-    if mngr is not None and mngr.latest_step() is not None:
-        start = mngr.latest_step()
-        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
-        got = mngr.restore(start, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                          data=ocp.args.JsonRestore()))
-        state = got["state"]; stream.load_state_dict(got["data"])
-        print(f"resumed from step {start} of {run_dir / 'checkpoints'}", file=sys.stderr)
-    engine = make_rollout_engine(cfg, trainer, state, tok)
+    run = RunLoop(cfg, trainer.init_state(), stream, desc="rl", postfix=("reward_mean", "kl", "entropy"))
+    start, run_dir = run.restore(), run.run_dir
+    engine = make_rollout_engine(cfg, trainer, run.state, tok)
     def ev(seed, tag):
         "The run's reward functions on the eval rows, plus maxpost.evaluate's GSM8K metrics for question/answer data."
         out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.eval_num_samples,
                                            cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column))
         if cfg.dataset_type != "synthetic":
-            try: import maxpost.evaluate  # noqa: F401
-            except ImportError as e:
-                print(f"warning: maxpost.evaluate unavailable ({e}); reporting reward means only", file=sys.stderr)
-                return out
             out |= evaluate_gsm8k(engine, tok, eval_rows, cfg, seed, run_dir / f"eval_{tag}")
         return out
     before = None
@@ -357,52 +348,32 @@ def train(cfg: RLConfig) -> dict:
         else:
             if start: print("warning: resumed run without eval_before.json; evaluating the resumed policy", file=sys.stderr)
             before = ev(0, "before"); bp.write_text(json.dumps(before, indent=1))
-
-    metrics_path = run_dir / "metrics.jsonl"
-    if start: _keep_metrics_until(metrics_path, start)
-    elif metrics_path.exists(): metrics_path.unlink()
-    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start if start else None)
-    def save(step):
-        if mngr is None or step in mngr.all_steps(): return
-        mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                data=ocp.args.JsonSave(stream.state_dict())))
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.enable_tqdm, desc="rl",
-               dynamic_ncols=True)
     comp_f = open(run_dir / "completions.jsonl", "a") if cfg.log_completions else None
-    t_start = time.perf_counter()
-    with open(metrics_path, "a") as mf:
-        for s in bar:
-            if cfg.max_train_seconds > 0 and time.perf_counter() - t_start > cfg.max_train_seconds:
-                if s > start: save(s)
-                break                               # the time budget is spent: keep this state
-            state, m, samples = rl_step(trainer, state, engine, stream, fns, weights)
-            step = s + 1
-            rec = {"step": step, **m}
-            mf.write(json.dumps(rec) + "\n"); mf.flush()
-            for k, v in rec.items():
-                if k != "step": writer.add_scalar(k if "/" in k else f"train/{k}", v, step)
-            if comp_f: comp_f.write("".join(json.dumps({"step": step, **x}) + "\n" for x in samples[:cfg.log_completions]))
-            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m.get('kl', 0):.4f}", ent=f"{m['entropy']:.3f}")
-            if (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0) or step == cfg.steps: save(step)
-    if comp_f: comp_f.close()
-    writer.close()
-    if mngr is not None: mngr.wait_until_finished(); mngr.close()
+    def step_fn(state, step):
+        state, m, samples = rl_step(trainer, state, engine, stream, fns, weights)
+        if comp_f: comp_f.write("".join(json.dumps({"step": step, **x}) + "\n" for x in samples[:cfg.log_completions]))
+        return state, m
+    try: summary = run.loop(step_fn)
+    finally:
+        if comp_f: comp_f.close()
+        run.close()
+    state = run.state
     after = None
     if cfg.eval_before_after:
         after = ev(0, "after"); (run_dir / "eval_after.json").write_text(json.dumps(after, indent=1))
         table = before_after_table(before, after)
         (run_dir / "eval_before_after.md").write_text(table + "\n")
         print(table, file=sys.stderr)
-    records = [json.loads(l) for l in metrics_path.read_text().splitlines() if l.strip()]
+    records = [json.loads(l) for l in run.metrics_path.read_text().splitlines() if l.strip()]
     plots = _plot(run_dir, records, before, after)
     model_dir = None
-    if cfg.save_model and (int(state["step"]) == cfg.steps or cfg.max_train_seconds > 0):
+    if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
         from maxpost.checkpoint import save_checkpoint
         p = trainer.engine_params(state)
         model_dir = save_checkpoint(run_dir / "model", {k: np.asarray(v) for k, v in p.items()}, mcfg,
                                     model_name=cfg.model_name or None, tokenizer_dir=tok_dir, overwrite=True)
     times = {k[5:]: float(np.sum([r[k] for r in records])) for k in (records[0] if records else {}) if k.startswith("time/")}
-    return {"run_dir": str(run_dir), "steps": int(state["step"]), "start_step": start,
+    return {"run_dir": str(run_dir), "steps": summary["steps"], "start_step": start,
             "reward_mean_last": records[-1]["reward_mean"] if records else None, "skipped_long_prompts": skipped,
             "before": before, "after": after, "time_s": times, "plots": plots,
             "model_dir": str(model_dir) if model_dir else None}
