@@ -8,10 +8,10 @@ Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
 # %% ../nbs/05_sft.ipynb #e1b87598
 from __future__ import annotations
-import json, math, os, resource, sys, time
+import sys
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import jax
@@ -20,16 +20,18 @@ import optax
 from flax import nnx
 from pydantic import Field
 
-from .config import ConfigError, PosFloat, PosInt, dump_config, error_line, output_dir, user_errors
-from .loop import MeshKeys, ModelKeys, OptimizerKeys, RunKeys, make_optimizer, lr_schedule
+from .config import ConfigError, PosFloat, PosInt, error_line, output_dir, user_errors
+from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sharded, lr_schedule,
+                          make_optimizer, train_state_shardings)
 from .lora import (LoRAKeys, LORA_IN_AXES, init_lora, lora_axes, lora_shapes, lora_targets, lora_terms,
                           merge_lora)
-from .model import (Decoder, ModelConfig, PRESETS, PARAM_AXES, get_preset, param_shapes, tiny_config)
-from .sharding import make_mesh, tree_shardings, batch_sharding, replicated, named_sharding
+from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
+from .sharding import tree_shardings, batch_sharding, named_sharding
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'token_nll', 'masked_mean', 'fused_nll_sum',
-           'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'train']
+           'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'ratio_ci',
+           'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
@@ -167,18 +169,15 @@ class SFTTrainer:
             self.lora_names, self.param_sh, self.frozen, self.frozen_sh = [], base_sh, {}, {}
             self._base = base
         self.opt, self.sched = cfg.optimizer(cfg.steps)
-        rep = replicated(self.mesh)
         self.batch_sh = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, "fsdp", None))
         self.batch2_sh = batch_sharding(self.mesh)
         abs_params = jax.eval_shape(self._init_params, jax.random.key(0)) if cfg.use_lora else \
             jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base)
-        opt_sh = optax.tree_map_params(self.opt, lambda _, s: s, jax.eval_shape(self.opt.init, abs_params),
-                                       self.param_sh, transform_non_params=lambda _: rep)
-        self.state_sh = {"step": rep, "params": self.param_sh, "opt_state": opt_sh, "rng": rep}
-        self._step = jax.jit(self._train_step, in_shardings=(self.state_sh, self.frozen_sh, self.batch_sh),
-                             out_shardings=(self.state_sh, rep), donate_argnums=(0,))
-        self._eval = jax.jit(self._loss_sums, in_shardings=(self.param_sh, self.frozen_sh, self.batch2_sh),
-                             out_shardings=(rep, rep))
+        self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
+        self._step = jit_sharded(self._train_step, self.mesh, (self.state_sh, self.frozen_sh, self.batch_sh),
+                                 (self.state_sh, None), donate_argnums=(0,))
+        self._eval = jit_sharded(self._token_losses, self.mesh, (self.param_sh, self.frozen_sh, self.batch2_sh),
+                                 self.batch2_sh)
 
     def init_state(self) -> dict:
         "Step 0: fresh LoRA factors (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
@@ -204,6 +203,12 @@ class SFTTrainer:
         s = fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1), m.reshape(-1),
                           self.mcfg.final_logit_softcapping, self.cfg.loss_chunk_size, not self.cfg.use_lora)
         return s, jnp.sum(m)
+
+    def _token_losses(self, trainable, frozen, batch):
+        "Masked per-token NLL [B, T] of one batch (for per-example sums in evaluation)."
+        model, lora = self.model_inputs(trainable, frozen)
+        h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
+        return token_nll(model.logits, h, batch["targets"], self.cfg.loss_chunk_size) * batch["loss_mask"]
 
     def _train_step(self, state, frozen, batch):
         params = state["params"]
@@ -236,14 +241,28 @@ class SFTTrainer:
         "One optimizer step on a host batch of A·B rows; returns (new state, metrics as device scalars)."
         return self._step(state, self.frozen, self.put_batch(batch))
 
+    def example_losses(self, state: dict, batches) -> tuple[np.ndarray, np.ndarray]:
+        "(summed NLL, target tokens) of each example (packed segment) with target tokens in host [B, T] `batches`."
+        sums, counts = [], []
+        for b in batches:
+            nll = np.asarray(self._eval(state["params"], self.frozen,
+                                        {k: jax.device_put(np.asarray(v), self.batch2_sh) for k, v in b.items()}))
+            seg, m = np.asarray(b["segment_ids"]), np.asarray(b["loss_mask"], np.float64)
+            key = np.arange(seg.shape[0])[:, None] * (seg.shape[1] + 1) + seg            # one id per (row, segment)
+            _, ex = np.unique(key[seg > 0], return_inverse=True)
+            s, n = np.bincount(ex, nll[seg > 0].astype(np.float64)), np.bincount(ex, m[seg > 0])
+            sums.append(s[n > 0]); counts.append(n[n > 0])
+        return (np.concatenate(sums), np.concatenate(counts)) if sums else (np.zeros(0), np.zeros(0))
+
+    def evaluate(self, state: dict, batches, n_boot: int = 1000) -> dict:
+        "Token-mean loss over `batches`, its 95% bootstrap CI over examples, and the examples and tokens evaluated."
+        s, n = self.example_losses(state, batches)
+        return {"loss": float(s.sum() / max(n.sum(), 1.0)), "ci": ratio_ci(s, n, n_boot), "examples": int(len(s)),
+                "tokens": int(n.sum())}
+
     def eval_loss(self, state: dict, batches) -> float:
         "Token-mean loss over host [B, T] `batches`."
-        tot = cnt = 0.0
-        for b in batches:
-            l, n = self._eval(state["params"], self.frozen, {k: jax.device_put(np.asarray(v), self.batch2_sh)
-                                                              for k, v in b.items()})
-            tot += float(l); cnt += float(n)
-        return tot / max(cnt, 1.0)
+        return self.evaluate(state, batches, n_boot=0)["loss"]
 
     def merged_params(self, state: dict) -> dict:
         "Full model weights as numpy (LoRA folded into the base), in weight_dtype."
@@ -327,104 +346,60 @@ def load_base(cfg: SFTConfig) -> tuple[ModelConfig, dict, Path | None]:
     elif cfg.model_name: check_against_preset(mcfg, cfg.model_name)
     return mcfg, params, tok
 
-def _peak_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20     # Linux reports KiB
-
-def _keep_metrics_until(path: Path, step: int):
-    "Drop lines of metrics.jsonl after `step` (steps a killed run did past its last checkpoint)."
-    if not path.exists(): return
-    keep = []
-    for l in path.read_text().splitlines():
-        try: rec = json.loads(l)
-        except json.JSONDecodeError: continue            # a line cut short by the kill
-        if rec.get("step", step + 1) <= step: keep.append(l)
-    path.write_text("".join(l + "\n" for l in keep))
+def ratio_ci(sums, counts, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
+    "95% bootstrap CI of Σ sums / Σ counts, resampling examples with replacement (`maxpost.metrics.bootstrap_ci`)."
+    s, n = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
+    if n_boot <= 0 or s.size == 0: return (float("nan"), float("nan"))
+    from maxpost.metrics import bootstrap_ci
+    ratio = lambda ix, axis: s[ix.astype(np.int64)].sum(axis) / np.maximum(n[ix.astype(np.int64)].sum(axis), 1.0)
+    return bootstrap_ci(np.arange(s.size), n_boot=n_boot, seed=seed, stat=ratio)
 
 def train(cfg: SFTConfig) -> dict:
-    "Run (or resume) SFT as `cfg` says; returns a summary (steps, last loss, eval loss, tokens/s, paths)."
-    import orbax.checkpoint as ocp
+    "Run (or resume) SFT as `cfg` says, on `maxpost.loop.RunLoop`; returns a summary (steps, losses, tokens/s, paths)."
     from tqdm.auto import tqdm
-    from tensorboardX import SummaryWriter
     from maxpost.data import SFTDataIterator
-    run_dir = output_dir(cfg.base_output_directory, cfg.run_name).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, run_dir / "config.yml")
+    output_dir(cfg.base_output_directory, cfg.run_name)          # fails early without base_output_directory
     mesh = cfg.mesh()
-    B = int(round(cfg.per_device_batch_size * mesh.size))
+    B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     if B < 1 or B % mesh.shape["fsdp"]:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
-                          f"batch of {B} rows, which must be a positive multiple of fsdp={mesh.shape['fsdp']}")
-    A = cfg.gradient_accumulation_steps
-    if A < 1: raise ConfigError("gradient_accumulation_steps must be >= 1")
-
+                          f"batch of {B} rows, which must be a positive multiple of fsdp={mesh.shape['fsdp']}",
+                          key="per_device_batch_size")
     mcfg, base, tok_dir = load_base(cfg)
     train_ex = load_examples(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
     it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing)
     eval_ex = None
-    if cfg.eval_interval > 0 and cfg.eval_steps > 0:
+    if cfg.eval_interval > 0 and cfg.eval_steps != 0:
         eval_ex = load_examples(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
                                 cfg.hf_eval_files or None)
     trainer = SFTTrainer(cfg, mcfg, base, mesh)
     del base
-    state = trainer.init_state()
+    run = RunLoop(cfg, trainer.init_state(), it, desc="sft", postfix=("loss", "tokens_per_s"))
 
-    mngr = None
-    if cfg.enable_checkpointing:
-        opts = ocp.CheckpointManagerOptions(max_to_keep=cfg.checkpoint_max_to_keep, create=True,
-                                            enable_async_checkpointing=cfg.async_checkpointing)
-        mngr = ocp.CheckpointManager(run_dir / "checkpoints", options=opts)
-    start = 0
-    if mngr is not None and mngr.latest_step() is not None:
-        start = mngr.latest_step()
-        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-        got = mngr.restore(start, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                          data=ocp.args.JsonRestore()))
-        state = got["state"]; it.load_state_dict(got["data"])
-        print(f"resumed from step {start} of {run_dir / 'checkpoints'}", file=sys.stderr)
-    metrics_path = run_dir / "metrics.jsonl"
-    if start: _keep_metrics_until(metrics_path, start)
-    elif metrics_path.exists(): metrics_path.unlink()
-    writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start if start else None)
+    def step_fn(state, step):
+        state, m = trainer.step(state, next(it))
+        return state, {k: float(v) for k, v in m.items()}            # waits for the step
 
-    def save(step):
-        if mngr is None or step in mngr.all_steps(): return
-        mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                data=ocp.args.JsonSave(it.state_dict())))
-
-    def run_eval():
+    def eval_fn(state, step):
         ev = SFTDataIterator(eval_ex, B, cfg.max_target_length, seed=0, pack=cfg.packing, num_epochs=1)
-        return trainer.eval_loss(state, (b for _, b in zip(range(cfg.eval_steps), ev)))
+        r = trainer.evaluate(state, ev if cfg.eval_steps < 0 else (b for _, b in zip(range(cfg.eval_steps), ev)))
+        tqdm.write(f"eval at step {step}: loss {r['loss']:.4f} (95% CI {r['ci'][0]:.4f}–{r['ci'][1]:.4f}) over "
+                   f"{r['examples']} of {len(eval_ex)} held-out examples, {r['tokens']} target tokens", file=sys.stderr)
+        return {"eval_loss": r["loss"], "eval_loss_lo": r["ci"][0], "eval_loss_hi": r["ci"][1],
+                "eval_examples": r["examples"], "eval_tokens": r["tokens"]}
 
-    last, rates, eval_loss, eval_loss_initial = {}, [], None, None
-    if eval_ex is not None and start == 0 and cfg.eval_at_start:   # the untrained model's held-out loss, for reference
-        eval_loss_initial = run_eval(); writer.add_scalar("eval/loss", eval_loss_initial, 0)
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.enable_tqdm,
-               desc="sft", dynamic_ncols=True)
-    t_prev = time.perf_counter()
-    with open(metrics_path, "a") as mf:
-        for s in bar:
-            state, m = trainer.step(state, next(it))
-            m = {k: float(v) for k, v in m.items()}             # waits for the step
-            now = time.perf_counter(); dt, t_prev = now - t_prev, now
-            step = s + 1
-            rec = {"step": step, **m, "step_time": dt, "tokens_per_s": m["tokens"] / dt, "peak_rss_gib": _peak_rss_gib()}
-            if eval_ex is not None and (step % cfg.eval_interval == 0 or step == cfg.steps):
-                rec["eval_loss"] = eval_loss = run_eval(); t_prev = time.perf_counter()
-            if s > start: rates.append(rec["tokens_per_s"])   # the first step of a process includes compilation
-            mf.write(json.dumps(rec) + "\n"); mf.flush()
-            for k in ("loss", "lr", "grad_norm", "tokens_per_s"): writer.add_scalar(f"train/{k}", rec[k], step)
-            if "eval_loss" in rec: writer.add_scalar("eval/loss", rec["eval_loss"], step)
-            bar.set_postfix(loss=f"{m['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-            if (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0) or step == cfg.steps:
-                save(step); t_prev = time.perf_counter()
-            last = rec
-    writer.close()
-    if mngr is not None: mngr.wait_until_finished(); mngr.close()
+    summary = run.loop(step_fn, eval_fn if eval_ex is not None else None, cfg.eval_interval, cfg.eval_at_start)
+    run.close()
     model_dir = None
-    if cfg.save_model and int(state["step"]) == cfg.steps:
+    if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
         from maxpost.checkpoint import save_checkpoint
-        model_dir = save_checkpoint(run_dir / "model", trainer.merged_params(state), mcfg,
+        model_dir = save_checkpoint(run.run_dir / "model", trainer.merged_params(run.state), mcfg,
                                     model_name=cfg.model_name or None, tokenizer_dir=tok_dir, overwrite=True)
-    return {"run_dir": str(run_dir), "steps": int(state["step"]), "start_step": start, "loss": last.get("loss"),
-            "eval_loss": eval_loss, "eval_loss_initial": eval_loss_initial, "tokens_per_s": float(np.median(rates)) if rates else None,
-            "peak_rss_gib": _peak_rss_gib(), "model_dir": str(model_dir) if model_dir else None}
+    last, first = summary["last"], summary["eval_initial"] or {}
+    return {"run_dir": summary["run_dir"], "steps": summary["steps"], "start_step": summary["start_step"],
+            "stopped": summary["stopped"], "loss": last.get("loss"), "eval_loss": last.get("eval_loss"),
+            "eval_loss_ci": [last["eval_loss_lo"], last["eval_loss_hi"]] if "eval_loss" in last else None,
+            "eval_examples": last.get("eval_examples"), "eval_tokens": last.get("eval_tokens"),
+            "eval_loss_initial": first.get("eval_loss"), "tokens_per_s": summary["tokens_per_s"],
+            "peak_rss_gib": summary["peak_rss_gib"], "model_dir": str(model_dir) if model_dir else None}
+
