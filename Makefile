@@ -45,7 +45,12 @@ sync-check: setup
 	  echo "nbdev-export/nbdev-clean/render_readme changed files: notebooks, package and README are out of step"; \
 	  git status --porcelain -- maxpost nbs README.md; git diff --stat; exit 1; fi
 
-docs: setup
+# KaTeX for the docs (tools/package-lock.json; build_docs.py also runs this when tools/node_modules lacks it)
+docs-deps:
+	@test -f tools/node_modules/katex/package.json || { cd tools && npm ci --no-audit --no-fund --loglevel=error; }
+
+# the site in _site/; the tutorials are executed (build_docs.py --execute, default 'tutorials/*')
+docs: setup docs-deps
 	$(BIN)/python tools/build_docs.py --out _site
 
 test: setup setup-vllm models system-deps sync-check

@@ -1,9 +1,11 @@
-"""The offline docs site: `tools/build_docs.py` builds it, headless Chromium reads it.
+"""The offline docs site: `tools/build_docs.py` builds it (tutorials executed), headless Chromium reads it.
 
-Chromium is Debian's (`apt-get update && apt-get install -y chromium`). Without it these browser tests skip, except
-under CI (env CI set), where a missing browser is a failure.
+Chromium is Debian's (`make system-deps`, or `apt-get update && apt-get install -y chromium`). Without it these
+browser tests skip, except under CI (env CI set), where a missing browser is a failure. Screenshots of the index, a
+tutorial, an API page, the losses page (math) and a page with a plot are written to `$MAXPOST_ARTIFACTS/docs_screenshots`
+(default `runs/docs_screenshots/`, git-ignored) for a person to look at.
 """
-import json, os, re, shutil, subprocess, sys
+import functools, http.server, json, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,9 @@ FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-
 # page stem -> exported symbols whose API entry (show_doc) must be on it
 API = {'01_model': ['Decoder', 'ModelConfig'], '03a_from_gguf': ['from_gguf'], '03b_to_maxpost': ['to_maxpost'],
        '03c_to_huggingface': ['to_huggingface'], '03d_check_logits': ['check_logits']}
+
+SHOTS = Path(os.environ.get('MAXPOST_ARTIFACTS') or ROOT / 'runs') / 'docs_screenshots'
+VTIME = '--virtual-time-budget=10000'  # let deferred scripts (search) run before the DOM is dumped
 
 def _in_ci() -> bool: return os.environ.get('CI', '').strip().lower() not in ('', '0', 'false', 'no')
 
@@ -45,11 +50,35 @@ def _chrome(exe, tmp_path, *args) -> subprocess.CompletedProcess:
     profile.mkdir(exist_ok=True)
     return subprocess.run([exe, *FLAGS, f'--user-data-dir={profile}', *args], capture_output=True, text=True, timeout=180)
 
-def dump_dom(exe, tmp_path, page: Path) -> BeautifulSoup:
-    "The DOM Chromium renders from `page`"
-    r = _chrome(exe, tmp_path, '--dump-dom', page.as_uri())
-    assert r.returncode == 0 and '<html' in r.stdout, f'chromium --dump-dom {page} failed:\n{r.stderr[-2000:]}'
+def dump_dom(exe, tmp_path, page: Path | str, query: str = '') -> BeautifulSoup:
+    "The DOM Chromium renders from `page` (a file or a URL), scripts run"
+    url = page.as_uri() if isinstance(page, Path) else page
+    r = _chrome(exe, tmp_path, VTIME, '--dump-dom', url + query)
+    assert r.returncode == 0 and '<html' in r.stdout, f'chromium --dump-dom {url} failed:\n{r.stderr[-2000:]}'
     return BeautifulSoup(r.stdout, 'html.parser')
+
+def screenshot(exe, tmp_path, page: Path, name: str, query: str = '') -> Path:
+    "A 1280x1400 screenshot of `page`, kept under SHOTS; fails if missing or blank"
+    from PIL import Image
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    png = SHOTS / name
+    png.unlink(missing_ok=True)
+    r = _chrome(exe, tmp_path, VTIME, '--hide-scrollbars', '--window-size=1280,1400', f'--screenshot={png}',
+                page.as_uri() + query)
+    assert png.is_file() and png.stat().st_size > 5000, f'no screenshot of {page}:\n{r.stderr[-2000:]}'
+    lo, hi = Image.open(png).convert('L').getextrema()
+    assert hi - lo > 100, f'{page} renders blank'
+    return png
+
+def image_widths(exe, tmp_path, page: Path) -> list[int]:
+    "naturalWidth of every <img> of `page` as Chromium loaded it (a copy of the page with a probe script, same folder)"
+    probe = page.with_name(f'_probe_{page.name}')
+    js = ("<script>window.addEventListener('load', function () { for (const i of document.images) "
+          "i.setAttribute('data-natural-width', i.naturalWidth); });</script></body>")
+    probe.write_text(page.read_text().replace('</body>', js))
+    try: dom = dump_dom(exe, tmp_path, probe)
+    finally: probe.unlink()
+    return [int(i.get('data-natural-width', -1)) for i in dom.find('main').find_all('img')]
 
 def notebooks():
     return sorted(p.relative_to(NBS) for p in NBS.rglob('*.ipynb')
@@ -70,11 +99,18 @@ def test_every_notebook_has_a_page_in_the_nav(site):
         assert hrefs == [p.split('/')[-1] for p in pages], f"{e['page']}: the nav lists {hrefs}"
 
 def test_pages_need_nothing_online(site):
+    "No remote resource; the only scripts are the site's own files (search); math is HTML at build time, no script"
     for f in site.rglob('*.html'):
         s = f.read_text()
-        assert '<script' not in s.lower(), f'{f.name} has a script'
-        remote = re.findall(r'<(?:link|img|iframe)[^>]+(?:href|src)="(?:https?:)?//[^"]+"', s)
+        remote = re.findall(r'<(?:link|img|iframe|script)[^>]+(?:href|src)="(?:https?:)?//[^"]+"', s)
         assert not remote, f'{f.name} loads remote resources: {remote[:3]}'
+        for tag in BeautifulSoup(s, 'html.parser').find_all('script'):
+            assert tag.get('src') and not tag.get_text().strip(), f'{f.name}: inline script {str(tag)[:200]}'
+            assert (f.parent / tag['src']).is_file(), f"{f.name}: script {tag['src']} missing"
+    css = (site / 'assets' / 'katex' / 'katex.min.css').read_text()
+    fonts = set(re.findall(r'url\((fonts/[^)]+\.woff2)\)', css))
+    assert len(fonts) > 10 and all((site / 'assets' / 'katex' / u).is_file() for u in fonts), sorted(fonts)[:5]
+    assert not re.search(r'https?://', (site / 'assets' / 'search.js').read_text()), 'search.js names a URL'
 
 def test_internal_links_resolve(site):
     "Every link between pages (nbdev's backtick links included) lands on a page and, with a #fragment, on an id"
@@ -117,15 +153,92 @@ def test_api_docs_rendered(chromium, site, tmp_path, stem):
     assert 'show_doc(' not in text and '#| export' not in text and '#| hide' not in text
     assert main.find('a', class_='source-link') is not None
 
-def test_screenshots_are_not_blank(chromium, site, tmp_path):
-    from PIL import Image
-    for page in ('index.html', '01_model.html'):
-        png = tmp_path / (page + '.png')
-        r = _chrome(chromium, tmp_path, '--hide-scrollbars', '--window-size=1280,900', f'--screenshot={png}',
-                    (site / page).as_uri())
-        assert png.is_file() and png.stat().st_size > 5000, f'no screenshot of {page}:\n{r.stderr[-2000:]}'
-        lo, hi = Image.open(png).convert('L').getextrema()
-        assert hi - lo > 100, f'{page} renders blank'
+def tutorial_pages(site) -> list[Path]:
+    return sorted((site / 'tutorials').glob('*.html'))
+
+def test_screenshots(chromium, site, tmp_path):
+    "Index, a tutorial, an API page and the losses page (math), kept as artifacts; none blank"
+    tut = tutorial_pages(site)
+    assert tut, 'no tutorial page'
+    for page, name in [(site / 'index.html', 'index.png'), (tut[0], f'tutorial_{tut[0].stem}.png'),
+                       (site / '01_model.html', 'api_01_model.png'), (site / '09_losses.html', 'math_09_losses.png')]:
+        screenshot(chromium, tmp_path, page, name)
+
+def test_tutorials_executed_with_outputs(chromium, site, tmp_path):
+    "The tutorials run at build time: their pages show outputs, and every image on them loads"
+    for page in tutorial_pages(site):
+        dom = BeautifulSoup(page.read_text(), 'html.parser')
+        outs = [o for o in dom.select('.jp-OutputArea-output') if o.get_text(strip=True) or o.find('img')]
+        assert outs, f'{page.name}: no executed output'
+        widths = image_widths(chromium, tmp_path, page)
+        assert all(w > 0 for w in widths), f'{page.name}: an image does not load: {widths}'
+
+def test_math_renders(chromium, site, tmp_path):
+    "KaTeX's HTML is on the losses page as Chromium renders it, and no raw TeX delimiter is left in the visible text"
+    dom = dump_dom(chromium, tmp_path, site / '09_losses.html')
+    main = dom.find('main')
+    assert len(main.select('.katex')) > 20 and main.select('.katex-display'), 'no KaTeX output'
+    assert not main.select('.math-error'), [e.get_text()[:80] for e in main.select('.math-error')]
+    for m in main.select('.katex-mathml'): m.decompose()  # the TeX source, kept for screen readers
+    text = main.get_text(' ')
+    assert '$$' not in text and '\\frac' not in text and '\\begin{' not in text, 'raw TeX left on the page'
+
+def _serve(site):
+    "The site on a local HTTP server (127.0.0.1, a free port): (server, base url)"
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f'http://127.0.0.1:{srv.server_port}/'
+
+def _search_hits(dom) -> list[str]:
+    box = dom.find(id='search-results')
+    assert box is not None and not box.has_attr('hidden'), 'the search results are not shown'
+    return [a['href'] for a in box.select('a.search-hit')]
+
+def test_search_finds_a_term(chromium, site, tmp_path):
+    "The search box finds GSPO on the losses page, from file:// and over http, on a page in a sub-folder too"
+    hits = _search_hits(dump_dom(chromium, tmp_path, site / 'index.html', '?q=GSPO'))
+    assert any(h.split('#')[0] == '09_losses.html' for h in hits), hits
+    assert any('#' in h for h in hits), f'no hit links a section: {hits}'
+    screenshot(chromium, tmp_path, site / 'index.html', 'search_GSPO.png', '?q=GSPO')
+    tut = tutorial_pages(site)[0]
+    hits = _search_hits(dump_dom(chromium, tmp_path, tut, '?q=GSPO'))
+    assert any(h.split('#')[0] == '../09_losses.html' for h in hits), hits
+    srv, base = _serve(site)
+    try:
+        hits = _search_hits(dump_dom(chromium, tmp_path, base + 'index.html', '?q=gspo%20clip'))
+        assert any(h.split('#')[0] == '09_losses.html' for h in hits), hits
+        none = dump_dom(chromium, tmp_path, base + '01_model.html', '?q=zzqqxx_no_such_word')
+        assert not _search_hits(none) and 'No match' in none.find(id='search-results').get_text()
+    finally:
+        srv.shutdown()
+
+def test_executed_plot_loads(chromium, tmp_path):
+    "A tutorial that draws a matplotlib plot, built with --execute: the plot is embedded and loads in the browser"
+    nbs = tmp_path / 'nbs'
+    _nb(nbs / 'tutorials' / 'plot_demo.ipynb', [
+        ('md', '# Plot demo\n\n> A tutorial with a plot.'),
+        ('md', 'Squares $y = x^2$, and $$\\sum_{i=1}^n i^2 = \\frac{n(n+1)(2n+1)}{6}$$ and broken $\\frac{1}{$ TeX.'),
+        ('code', 'import matplotlib.pyplot as plt\nplt.figure(figsize=(4, 3)); plt.plot([1, 2, 3], [1, 4, 9]); plt.show()'),
+        ('code', 'print("PRINTED", 6 * 7)'),
+    ])
+    _nb(nbs / 'not_run.ipynb', [('md', '# Not run'), ('code', 'print("NOT_EXECUTED")')])
+    out = tmp_path / 'site'
+    r = build(out, '--nbs', str(nbs), '--execute', 'tutorials/*', '--cell-timeout', '120')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'executed in' in r.stdout and '1 formula(s) KaTeX could not parse' in r.stdout, r.stdout
+    page = out / 'tutorials' / 'plot_demo.html'
+    html_ = page.read_text()
+    assert 'data:image/png;base64,' in html_ and 'PRINTED 42' in html_
+    not_run = BeautifulSoup((out / 'not_run.html').read_text(), 'html.parser')
+    assert 'NOT_EXECUTED' in not_run.get_text() and not not_run.select('.jp-OutputArea-output')
+    soup = BeautifulSoup(html_, 'html.parser')
+    assert soup.select('.katex-display') and soup.select_one('.math-error code').get_text() == '\\frac{1}{'
+    assert soup.select_one('.math-error-mark').get_text() == 'TeX?'
+    widths = image_widths(chromium, tmp_path, page)
+    assert widths and all(w > 200 for w in widths), widths
+    screenshot(chromium, tmp_path, page, 'plot_tutorial.png')
 
 # --- nbdev's processing on a notebook made here: hide / export / show_doc, and a failing notebook -------------------
 
@@ -162,7 +275,7 @@ def test_hide_export_and_show_doc(tmp_path):
     assert soup.find('h3', id='area') is not None
     sig = soup.select_one('.jp-OutputArea pre').get_text()
     assert 'def area(' in sig and '# width' in sig and 'h:float=2.0' in sig
-    assert 'Area of a' in page and 'math-svg' in page and '$x^2$' not in page
+    assert 'Area of a' in page and 'class="katex"' in page and '$x^2$' not in page
     assert soup.find('h3', id='fraction') is not None and not (tmp_path / 'ran').exists()
     side = json.loads((out / 'sidebar.json').read_text())
     assert [e['title'] for e in side['pages']] == ['Home', 'Demo page']
@@ -173,3 +286,11 @@ def test_failing_notebook_fails_the_build(tmp_path):
     r = build(tmp_path / 'site', '--nbs', str(nbs))
     assert r.returncode != 0
     assert '06_broken.ipynb' in r.stderr and 'no_such_module_xyz' in r.stderr
+
+def test_failing_tutorial_fails_the_build(tmp_path):
+    nbs = tmp_path / 'nbs'
+    _nb(nbs / 'tutorials' / 'broken.ipynb', [('md', '# Broken tutorial'), ('code', 'raise ValueError("boom_xyz")')])
+    r = build(tmp_path / 'site', '--nbs', str(nbs))
+    assert r.returncode != 0
+    assert 'tutorials/broken.ipynb' in r.stderr and 'boom_xyz' in r.stderr, r.stderr[-3000:]
+    assert build(tmp_path / 'site2', '--nbs', str(nbs), '--execute', '').returncode == 0  # not executed: it builds

@@ -254,7 +254,7 @@ def process_one(job: dict) -> dict:
             a['target'] = '_blank'; a['rel'] = 'noopener'
             if a['href'].endswith('#LNone'): a['href'] = a['href'][:-len('#LNone')]
         res['toc'] = S.fix_headings(soup)
-        S.rewrite_links(soup, job['pages'], job['doc_url'], job['page'].count('/'))
+        S.rewrite_links(soup, job['pages'], job['doc_url'], job['page'])
         res.update(body=str(soup), css=css, title=str(fm.get('title') or src.stem),
                    description=full_description(src, str(fm.get('description') or '')),
                    sections=S.search_sections(soup), ok=True)
@@ -307,7 +307,9 @@ def write_site(out: Path, nbs: Path, results: list[dict], site_title: str, site_
     entries = ([] if has_index else [dict(page='index.html', title='Home', description=site_desc, source=None)])
     entries += [dict(page=r['page'], title=r['title'], description=r['description'], source=f"{nbs.name}/{r['rel']}")
                 for r in results]
-    pages = [(r['page'], r['title'], r['description'], r['body'], S.toc_html(r['toc'])) for r in results]
+    bodies, repaired = S.repair_fragments({r['page']: r['body'] for r in results})
+    for line in repaired: print(f'  link to a method without an entry, pointed at its class: {line}')
+    pages = [(r['page'], r['title'], r['description'], bodies[r['page']], S.toc_html(r['toc'])) for r in results]
     if not has_index:
         pages.append(('index.html', site_title, '', S.generated_index(entries[1:], site_desc), ''))
     for page, title, desc, body, toc in pages:

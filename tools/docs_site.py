@@ -107,15 +107,38 @@ def fix_headings(soup) -> list[tuple[int, str, str, bool]]:
         toc.append((int(h.name[1]), hid, text, api))
     return toc
 
-def rewrite_links(soup, pages: dict[str, str], doc_url: str, depth: int) -> None:
-    "Links to the hosted docs (`<doc_url>config.html#x`) point at this site's page (`00_config.html#x`)"
-    up = '../' * depth
+def rewrite_links(soup, pages: dict[str, str], doc_url: str, page: str) -> None:
+    ("Links to nbdev's page names point at this site's pages: `<doc_url>config.html#x` and a relative `config.html#x`"
+     " (from a page in the site root) become `00_config.html#x`, relative to `page`")
+    up = '../' * page.count('/')
     for a in soup.find_all('a', href=True):
         href = a['href']
-        if not doc_url or not href.startswith(doc_url): continue
-        path, _, frag = href[len(doc_url):].partition('#')
+        if doc_url and href.startswith(doc_url): rest = href[len(doc_url):]
+        elif '/' not in page and not re.match(r'[a-z][a-z0-9+.-]*:|/|#|\.\./', href): rest = href
+        else: continue
+        path, _, frag = rest.partition('#')
         path = path.removesuffix('.md')
         if path in pages: a['href'] = up + pages[path] + (f'#{frag}' if frag else '')
+
+_re_href = re.compile(r'href="([^"#:]*\.html)#([^"]+)"')
+
+def repair_fragments(bodies: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    ("nbdev links a method to `page#class.method` even when only the class has an entry: point such links at the"
+     " class (`page#class`). Returns the bodies and the links repaired")
+    import posixpath
+    ids = {p: set(re.findall(r'\sid="([^"]+)"', b)) for p, b in bodies.items()}
+    fixed = []
+    def fix(page):
+        def sub(m):
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(page), m.group(1)))
+            frag, have = m.group(2), ids.get(target)
+            if have is None or frag in have or '.' not in frag: return m.group(0)
+            parent = frag.rsplit('.', 1)[0]
+            if parent not in have: return m.group(0)
+            fixed.append(f'{page}: {m.group(1)}#{frag} -> #{parent}')
+            return f'href="{m.group(1)}#{parent}"'
+        return sub
+    return {p: _re_href.sub(fix(p), b) for p, b in bodies.items()}, fixed
 
 _SEC = '\x00SEC:'
 
