@@ -16,6 +16,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from .config import Finite, NonNegFloat, PosFloat, PosInt
+
 # %% auto #0
 __all__ = ['LossAlgo', 'LossAggMode', 'AdvantageMethod', 'KLMethod', 'LOSS_ALGOS', 'LOSS_AGG_MODES', 'ADVANTAGE_METHODS',
            'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'LOSS_PRESETS',
@@ -200,20 +202,20 @@ def overlong_penalty(lengths,                    # [...] completion lengths in t
 # %% ../nbs/09_losses.ipynb #eb88503e
 @dataclass(frozen=True)
 class LossConfig:
-    "The loss choices of one RL algorithm; each default is the paper's value."
+    "The loss choices of one RL algorithm; each default is the paper's value (the types are the RL config's constraints)."
     name: str = "grpo"                           # preset this was resolved from
     loss_algo: LossAlgo = "grpo"                 # 'grpo' token ratio (DeepSeekMath eq. 3) | 'gspo' | 'gspo-token'
     loss_agg_mode: LossAggMode = "sequence-mean-token-mean"  # DeepSeekMath eq. 3; 'token-mean' DAPO; '...-sum-norm' Dr.GRPO
-    epsilon: float = 0.2                         # lower clip ε: PPO/DeepSeekMath 0.2; GSPO experiments 3e-4
-    epsilon_high: float = 0.2                    # upper clip: ε in PPO; DAPO clip-higher 0.28 (§3.1); GSPO 4e-4
+    epsilon: PosFloat = 0.2                         # lower clip ε: PPO/DeepSeekMath 0.2; GSPO experiments 3e-4
+    epsilon_high: PosFloat = 0.2                    # upper clip: ε in PPO; DAPO clip-higher 0.28 (§3.1); GSPO 4e-4
     advantage_method: AdvantageMethod = "grpo"   # (r−mean)/std DeepSeekMath §4.1.2 | 'dr_grpo' r−mean | 'rloo'
-    advantage_eps: float = 1e-4                  # added to the group std in 'grpo' advantages
-    beta: float = 0.0                            # KL coefficient: DeepSeekMath 0.04; 0 in DAPO, Dr.GRPO, GSPO
+    advantage_eps: PosFloat = 1e-4                  # added to the group std in 'grpo' advantages
+    beta: NonNegFloat = 0.0                            # KL coefficient: DeepSeekMath 0.04; 0 in DAPO, Dr.GRPO, GSPO
     kl_method: KLMethod = "k3"                   # KL estimator: DeepSeekMath eq. 4 is k3 (Schulman 2020)
     dynamic_sampling: bool = False               # DAPO §3.2: keep only groups whose rewards are not all equal
     soft_overlong_penalty: bool = False          # DAPO §3.4 eq. 13: length penalty added to the reward
-    overlong_buffer_len: int | None = None       # DAPO's L_cache: 4096 (with L_max 20480)
-    overlong_penalty_factor: float = 1.0         # DAPO: the penalty reaches −1 at L_max
+    overlong_buffer_len: PosInt | None = None       # DAPO's L_cache: 4096 (with L_max 20480)
+    overlong_penalty_factor: Finite = 1.0         # DAPO: the penalty reaches −1 at L_max
     max_completion_length: int | None = None     # L_max, the generation budget (Dr.GRPO's constant, DAPO's L_max)
 
     def __post_init__(self):

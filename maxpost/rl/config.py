@@ -22,7 +22,7 @@ from ..losses import LossConfig, resolve_loss_config, LOSS_PRESETS
 __all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'RLConfig', 'loss_config', 'reward_weights', 'check_config']
 
 # %% ../../nbs/10a_rl_config.ipynb #b228f8d0
-_LOSS_TYPES = get_type_hints(LossConfig)
+_LOSS_TYPES = get_type_hints(LossConfig, include_extras=True)   # with their constraints (PosFloat, …)
 # LossConfig's fields a user may set; `name` and `loss_algo` come from the preset, L_max from max_completion_length
 LOSS_KEYS = tuple(f.name for f in dataclasses.fields(LossConfig)
                   if f.name not in ("name", "loss_algo", "max_completion_length"))
