@@ -8,17 +8,17 @@ Docs: https://maxpost.github.io/maxpost/evaluate.html.md"""
 from __future__ import annotations
 import json, math, os, time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
-from pydantic import field_validator, model_validator
+from pydantic import Field, model_validator
 
 from .config import Config, ConfigError, dump_config, load_config, output_dir, run_cli
-from .generate import (ENGINES, NativeEngine, SamplingParams, chat_prompt_ids, check_engine, load_tokenizer,
-                              make_engine)
+from .engine import ENGINES, SamplingParams, check_engine, load_tokenizer, make_engine
 from .metrics import format_summary, read_jsonl, summarize, write_jsonl
-from .rewards import (PROMPT_TEMPLATES, build_prompt, extract_answer, format_gold, format_ok, is_correct,
-                             load_gsm8k)
+from .model import PRESETS, Decoder
+from .rewards.answers import extract_answer, is_correct
+from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, format_ok, load_gsm8k
 
 # %% auto #0
 __all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'headline', 'evaluate', 'compare_runs',
@@ -36,74 +36,42 @@ def load_dataset(name: str, split: str = "test") -> list[dict]:
 # %% ../nbs/08b_evaluate.ipynb #a7bb4a32
 class EvalConfig(Config):
     "python -m maxpost.evaluate load_parameters_path=… dataset=gsm8k eval_mode=pass_at_1|pass|maj …"
-    model_name: str = ""                      # a preset; when set, the checkpoint is checked against it
+    model_name: Literal[("",) + tuple(PRESETS)] = ""  # a preset; when set, the checkpoint is checked against it
     load_parameters_path: str = ""            # a maxpost checkpoint folder or an HF model folder
     tokenizer_path: str = ""                  # default: the checkpoint's tokenizer/ (or the HF folder)
-    dataset: str = "gsm8k"
-    split: str = "test"
-    eval_mode: str = "pass_at_1"              # pass_at_1 | pass | maj
-    num_eval_passes: int = 1                  # K: samples per problem for pass / maj
-    num_eval_examples: int | None = None      # evaluate the first N problems only; None = all
-    template: str = "maxtext_gsm8k"           # a name in PROMPT_TEMPLATES
-    few_shot: int = 0                         # solved train examples put before the question
-    rollout_engine: str = "native"            # native | vllm
-    temperature: float | None = None          # None: 0 (greedy) for pass_at_1, 1.0 for pass / maj
-    top_k: int = 0
-    top_p: float = 1.0
-    max_tokens: int = 512                     # completion tokens per sample
-    seed: int = 0
-    batch_size: int = 64                      # sequences (problems × K) per engine call
-    max_prefill_length: int = 2048            # longest prompt the engine accepts
-    dtype: str = "float32"                    # float32 | bfloat16 (compute and params)
+    dataset: Literal[tuple(DATASETS)] = "gsm8k"
+    split: Literal["train", "test"] = "test"
+    eval_mode: Literal[EVAL_MODES] = "pass_at_1"  # pass_at_1 | pass | maj
+    num_eval_passes: int = Field(1, ge=1)     # K: samples per problem for pass / maj
+    num_eval_examples: int | None = Field(None, ge=1)  # evaluate the first N problems only; None = all
+    template: Literal[tuple(PROMPT_TEMPLATES)] = "maxtext_gsm8k"
+    few_shot: int = Field(0, ge=0)            # solved train examples put before the question
+    rollout_engine: Literal[ENGINES] = "native"
+    temperature: float | None = Field(None, ge=0, allow_inf_nan=False)  # None: 0 (greedy) for pass_at_1, 1.0 for pass / maj
+    top_k: int = Field(0, ge=0)               # 0 = no limit
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(512, ge=1)        # completion tokens per sample
+    seed: int = Field(0, ge=0, lt=2**32)
+    batch_size: int = Field(64, ge=1)         # sequences (problems × K) per engine call
+    max_prefill_length: int = Field(2048, ge=1)  # longest prompt the engine accepts
+    dtype: Literal["float32", "bfloat16"] = "float32"  # compute and params
     fallback_last_number: bool = False        # when no tagged answer is found, take the last number in the text
     base_output_directory: str = ""
     run_name: str = ""
 
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, v):
-        if v not in DATASETS: raise ValueError(f"unknown dataset {v!r}; known: {', '.join(DATASETS)}")
-        return v
-
-    @field_validator("eval_mode")
-    @classmethod
-    def _mode(cls, v):
-        if v not in EVAL_MODES: raise ValueError(f"unknown eval_mode {v!r}; known: {', '.join(EVAL_MODES)}")
-        return v
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, v):
-        if v not in PROMPT_TEMPLATES: raise ValueError(f"unknown template {v!r}; known: {', '.join(PROMPT_TEMPLATES)}")
-        return v
-
-    @field_validator("rollout_engine")
-    @classmethod
-    def _engine(cls, v):
-        if v not in ENGINES: raise ValueError(f"unknown rollout_engine {v!r}; known: {', '.join(ENGINES)}")
-        return v
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v):
-        if v not in ("float32", "bfloat16"): raise ValueError(f"dtype must be float32 or bfloat16, not {v!r}")
-        return v
-
     @model_validator(mode="after")
     def _combination(self):
-        if self.num_eval_passes < 1: raise ValueError(f"num_eval_passes must be >= 1, got {self.num_eval_passes}")
-        if self.num_eval_examples is not None and self.num_eval_examples < 1:
-            raise ValueError(f"num_eval_examples must be >= 1 (or None for all), got {self.num_eval_examples}")
-        if self.eval_mode == "pass_at_1" and self.num_eval_passes != 1:
-            raise ValueError(f"eval_mode=pass_at_1 draws one greedy sample per problem; for num_eval_passes="
-                             f"{self.num_eval_passes} use eval_mode=pass (pass@k) or eval_mode=maj (maj@k)")
-        if self.eval_mode != "pass_at_1" and self.sampling_temperature == 0 and self.num_eval_passes > 1:
-            raise ValueError(f"eval_mode={self.eval_mode} with temperature=0: the {self.num_eval_passes} greedy "
-                             f"samples would be identical; set temperature > 0")
-        if self.few_shot < 0 or self.max_tokens < 1 or self.batch_size < 1:
-            raise ValueError("few_shot must be >= 0, max_tokens and batch_size >= 1")
-        SamplingParams(temperature=self.sampling_temperature, top_k=self.top_k, top_p=self.top_p,
-                       max_tokens=self.max_tokens, n=self.num_eval_passes, seed=self.seed)   # same checks as generate
+        "Combinations of valid values that cannot mean anything; each error names its key."
+        K = self.num_eval_passes
+        if self.eval_mode == "pass_at_1" and K != 1:
+            raise ConfigError(f"eval_mode=pass_at_1 draws one greedy sample per problem; for num_eval_passes={K} use "
+                              f"eval_mode=pass (pass@k) or eval_mode=maj (maj@k)", key="num_eval_passes")
+        if self.sampling_temperature == 0 and K > 1:
+            raise ConfigError(f"eval_mode={self.eval_mode} with temperature=0: the {K} greedy samples would be "
+                              f"identical; set temperature > 0", key="temperature")
+        if self.model_name and self.max_tokens >= PRESETS[self.model_name].max_position_embeddings:
+            raise ConfigError(f"max_tokens={self.max_tokens} leaves no room for a prompt in {self.model_name}'s "
+                              f"{PRESETS[self.model_name].max_position_embeddings} positions", key="max_tokens")
         return self
 
     @property
@@ -144,12 +112,11 @@ def headline(summary: dict) -> str:
 def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: EvalConfig | dict | None = None,
              out_dir=None, progress: bool = True) -> tuple[dict, list[dict]]:
     "Generate, check and summarize `dataset_rows` under `cfg`; returns (summary, per-problem records)."
-    from maxpost.model import Decoder
     cfg = _as_config(cfg)
     K = cfg.num_eval_passes
     if isinstance(model_or_engine, Decoder):
-        engine = NativeEngine(model_or_engine, tokenizer, max_batch=max(cfg.batch_size, K),
-                              max_prefill=cfg.max_prefill_length)
+        engine = make_engine("native", model_or_engine, tokenizer, max_batch=max(cfg.batch_size, K),
+                             max_prefill=cfg.max_prefill_length)
     elif hasattr(model_or_engine, "generate"): engine = model_or_engine
     else: raise TypeError(f"evaluate needs a Decoder or an engine, not {type(model_or_engine).__name__}")
     tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
@@ -175,7 +142,7 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
     t0, ntok = time.perf_counter(), 0
     for start in range(0, len(order), per_call):
         idx = order[start:start + per_call]
-        results = engine.generate([prompts[i][1] for i in idx], sp)
+        results = engine.generate([prompts[i][1] for i in idx], sp, stream_ids=idx)   # each problem's own stream
         for j, i in enumerate(idx):
             mine = results[j * K:(j + 1) * K]
             ntok += sum(len(r.token_ids) for r in mine)
