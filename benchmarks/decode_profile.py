@@ -19,7 +19,8 @@ import numpy as np
 import jax, jax.numpy as jnp
 from flax import nnx
 from maxpost.convert.from_gguf import embedded_hf
-from maxpost.generate import _generate_batch, decode_blocks, decode_weights, make_engine, sample_tokens
+from maxpost.engine import make_engine
+from maxpost.generate import _generate_batch, decode_blocks, decode_weights, sample_tokens
 
 
 def best(f, *a, reps=5):

@@ -20,12 +20,13 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
                             check_engine, check_stream_ids, default_stop_token_ids, encode_prompt, encode_prompts,
                             load_tokenizer, make_engine)
 
-from .model import (Decoder, LAYER_KEYS, _act, _softcap, apply_rope, init_cache, positions_from_mask, rms_norm,
-                           rope_cos_sin, rope_inv_freq)
+from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
+                           positions_from_mask, rope_cos_sin, softcap)
 
 # %% auto #0
 __all__ = ['DECODE_BLOCK', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length', 'bucket_batch',
-           'decode_weights', 'decode_blocks', 'rope_tables', 'decode_step', 'trace_count', 'NativeEngine', 'benchmark']
+           'decode_weights', 'decode_blocks', 'rope_tables', 'cached_attention', 'decode_step', 'trace_count',
+           'NativeEngine', 'benchmark']
 
 # %% ../nbs/06_generate.ipynb #aff475ad
 def truncate_logits(x, top_k, top_p):
@@ -102,16 +103,11 @@ def bucket_batch(n: int, maximum: int | None = None) -> int:
 
 # %% ../nbs/06_generate.ipynb #cba5e693
 def decode_weights(model: Decoder) -> list[dict]:
-    """The layer weights as the decode step uses them, one dict per layer: q/k/v fused into `wqkv` [d, (H + 2K)·hd],
-    `wo` [H·hd, d], gate/up fused into `wgu` [d, 2F], `w_down` [F, d], and the norms. Built once per generate call."""
-    cfg, dt, L = model.cfg, model.dtype, model.cfg.num_layers
-    get = lambda k: getattr(model, k)[...].astype(dt)
-    flat = lambda w: w.reshape(L, w.shape[1], -1)                           # [L, d, n, hd] -> [L, d, n·hd]
-    fused = dict(wqkv=jnp.concatenate([flat(get("wq")), flat(get("wk")), flat(get("wv"))], -1),
-                 wo=get("wo").reshape(L, -1, cfg.hidden_size),
-                 wgu=jnp.concatenate([get("w_gate"), get("w_up")], -1), w_down=get("w_down"))
-    fused |= {k: get(k) for k in LAYER_KEYS if k.endswith("norm") and hasattr(model, k)}
-    return [{k: v[l] for k, v in fused.items()} for l in range(L)]
+    """The layer weights as the decode step uses them, one dict per layer, in the compute dtype and `fuse_weights`'d:
+    q/k/v fused into `wqkv` [d, (H + 2K)·hd], `wo` [H·hd, d], gate/up fused into `wgu` [d, 2F], `w_down` [F, d], and the
+    norms. Built once per generate call."""
+    fused = fuse_weights({k: getattr(model, k)[...].astype(model.dtype) for k in LAYER_KEYS if hasattr(model, k)})
+    return [{k: v[l] for k, v in fused.items()} for l in range(model.cfg.num_layers)]
 
 DECODE_BLOCK = 64   # slots per block of the rows' own cache; blocks after the current slot are skipped
 
@@ -122,26 +118,67 @@ def decode_blocks(n: int, block: int = DECODE_BLOCK) -> list[int]:
 def rope_tables(cfg, length: int, dtype) -> dict:
     "cos, sin [length, hd] of every position below `length`, for global (False) and sliding (True) layers."
     table = lambda inv: tuple(a[0] for a in rope_cos_sin(jnp.arange(length)[None], inv, dtype))
-    out = {False: table(rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))}
-    out[True] = table(rope_inv_freq(cfg.head_dim, cfg.rope_local_theta)) if cfg.rope_local_theta is not None else out[False]
+    inv = layer_inv_freqs(cfg)
+    out = {False: table(inv[False])}
+    out[True] = table(inv[True]) if cfg.rope_local_theta is not None else out[False]
     return out
 
+def cached_attention(cfg, prefix, blocks, pmask, dmask, step, used):
+    """`attend` of `decoder_layer` for one token per row over the two caches of one layer.
+    prefix: (keys [U, K, hd, T], values [U, K, T, hd]) of the prompts, shared by the R = B / U rows of each prompt;
+    blocks: (keys, values), tuples of [B, K, hd, n_j] / [B, K, n_j, hd], the rows' own tokens; this token goes to slot
+    `step`. pmask [U, 1, 1, T], dmask (one [1, 1, 1, n_j] per block): which slots this token sees; used: per block,
+    whether `step` has reached it (unused blocks skip their matmuls). State: the blocks with this token written."""
+    cap, scale, f32 = cfg.attn_logit_softcapping, cfg.attn_scale, jnp.float32
+    sizes = [kb.shape[-1] for kb in blocks[0]]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    skip = lambda shape: (lambda *_: jnp.zeros(shape, f32))
+    def attend(q, k, v):
+        B, _, H, hd = q.shape
+        U, K = prefix[0].shape[:2]
+        R, G, dt = B // U, H // K, q.dtype
+        to_groups = lambda a: a.reshape(U, R, K, *a.shape[2:]).swapaxes(1, 2).reshape(U, K, R * G, *a.shape[3:])
+        to_rows = lambda a: a.reshape(U, K, R, G, *a.shape[3:]).swapaxes(1, 2).reshape(B, K, G, *a.shape[3:])
+        k, v = k.reshape(B, K, hd, 1), v.reshape(B, K, 1, hd)
+        keys, values = list(blocks[0]), list(blocks[1])
+        for j, (s0, n) in enumerate(zip(starts, sizes)):                    # write slot `step` into its block
+            at, inside = jnp.clip(step - s0, 0, n - 1), (step >= s0) & (step < s0 + n)
+            kb, vb = keys[j], values[j]
+            keys[j] = jax.lax.dynamic_update_slice(
+                kb, jnp.where(inside, k.astype(kb.dtype), jax.lax.dynamic_slice(kb, (0, 0, 0, at), k.shape)), (0, 0, 0, at))
+            values[j] = jax.lax.dynamic_update_slice(
+                vb, jnp.where(inside, v.astype(vb.dtype), jax.lax.dynamic_slice(vb, (0, 0, at, 0), v.shape)), (0, 0, at, 0))
+        q = q.reshape(B, K, G, hd)
+        # scores: each prompt's keys against all R·G query heads of its rows at once; own keys per row, by block
+        sp = jnp.einsum("ukmh,ukht->ukmt", to_groups(q), prefix[0], preferred_element_type=f32) * scale
+        sp = jnp.where(pmask, softcap(sp, cap), -jnp.inf)                   # [U, K, R·G, T]
+        sd = [jax.lax.cond(u, lambda q, kb: jnp.einsum("bkgh,bkhn->bkgn", q, kb, preferred_element_type=f32),
+                           skip((B, K, G, n)), q, kb) * scale for u, kb, n in zip(used, keys, sizes)]
+        sd = [jnp.where(mk, softcap(s, cap), -jnp.inf) for s, mk in zip(sd, dmask)]
+        # one softmax over all parts (slot `step` is always visible, so m is finite)
+        m = to_rows(sp.max(-1))
+        for s in sd: m = jnp.maximum(m, s.max(-1))                          # [B, K, G]
+        ep, ed = jnp.exp(sp - to_groups(m)[..., None]), [jnp.exp(s - m[..., None]) for s in sd]
+        den = to_rows(ep.sum(-1)) + sum(e.sum(-1) for e in ed)
+        o = to_rows(jnp.einsum("ukmt,ukth->ukmh", ep.astype(dt), prefix[1], preferred_element_type=f32))
+        for u, e, vb in zip(used, ed, values):
+            o = o + jax.lax.cond(u, lambda e, vb: jnp.einsum("bkgn,bknh->bkgh", e, vb, preferred_element_type=f32),
+                                 skip((B, K, G, hd)), e.astype(dt), vb)
+        return (o / den[..., None]).astype(dt).reshape(B, 1, H, hd), (tuple(keys), tuple(values))
+    return attend
+
 def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, pos, rope: dict):
-    """One token per row through every layer.
+    """One token per row through every layer: `decoder_layer` with `cached_attention`.
     w: `decode_weights(model)`. prefix: (keys, values), one [U, K, hd, T] / [U, K, T, hd] pair per layer, the prompts'
     cache, shared by the R = B / U rows (samples) of each prompt (row b belongs to prompt b // R). cache: (keys,
     values), per layer a tuple of blocks [B, K, hd, n_j] / [B, K, n_j, hd] (`decode_blocks`), the rows' own tokens;
     this token goes to slot `step`. seg [U, T] (0 = padding); tok, pos [B]; rope: `rope_tables`.
     Returns (last hidden [B, d], cache)."""
-    cfg, dt = model.cfg, model.dtype
-    B = tok.shape[0]
-    U, T = seg.shape
-    R, K, H, hd = B // U, cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
-    G = H // K
-    eps, p1, f32 = cfg.rms_norm_eps, cfg.norm_plus_one, jnp.float32
+    cfg = model.cfg
+    T = seg.shape[1]
     sizes = [b.shape[-1] for b in cache[0][0]]
     starts = np.cumsum([0] + sizes[:-1]).tolist()
-    x = model.embed_tokens(tok)                                             # [B, d]
+    x = model.embed_tokens(tok[:, None])                                    # [B, 1, d]
     # visibility of prompt slot t and own slot n from this token's slot T + step
     t = jnp.arange(T)
     pmask = {False: (seg > 0)[:, None, None, :]}                            # [U, 1, 1, T]
@@ -151,53 +188,13 @@ def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, po
         dmask[True] = [mk & (step - s0 - jnp.arange(n) < cfg.sliding_window)[None, None, None, :]
                        for mk, s0, n in zip(dmask[False], starts, sizes)]
     cs = {sl: (c[pos][:, None], s[pos][:, None]) for sl, (c, s) in rope.items()}   # [B, 1, hd]
-    to_groups = lambda a: a.reshape(U, R, K, *a.shape[2:]).swapaxes(1, 2).reshape(U, K, R * G, *a.shape[3:])
-    to_rows = lambda a: a.reshape(U, K, R, G, *a.shape[3:]).swapaxes(1, 2).reshape(B, K, G, *a.shape[3:])
-    # a block is used once the current slot reaches it; unused blocks skip their matmuls (lax.cond)
-    used = [step >= s0 for s0 in starts]
-    skip = lambda shape: (lambda *_: jnp.zeros(shape, f32))
-    keys, values = [list(b) for b in cache[0]], [list(b) for b in cache[1]]
+    used = [step >= s0 for s0 in starts]                                    # a block is used once `step` reaches it
+    keys, values = list(cache[0]), list(cache[1])
     for l, p in enumerate(w):
         sl = bool(cfg.is_sliding[l])
-        h = rms_norm(x, p["attn_norm"], eps, p1) @ p["wqkv"]               # [B, (H + 2K)·hd]
-        q = h[:, :H * hd].reshape(B, 1, H, hd)
-        k = h[:, H * hd:(H + K) * hd].reshape(B, 1, K, hd)
-        v = h[:, (H + K) * hd:].reshape(B, K, 1, hd)
-        if cfg.qk_norm: q, k = rms_norm(q, p["q_norm"], eps, p1), rms_norm(k, p["k_norm"], eps, p1)
-        q, k = apply_rope(q, *cs[sl]), apply_rope(k, *cs[sl])
-        k = k.reshape(B, K, hd, 1)
-        for j, (s0, n) in enumerate(zip(starts, sizes)):                    # write slot `step` into its block
-            at, inside = jnp.clip(step - s0, 0, n - 1), (step >= s0) & (step < s0 + n)
-            kb, vb = keys[l][j], values[l][j]
-            keys[l][j] = jax.lax.dynamic_update_slice(
-                kb, jnp.where(inside, k.astype(kb.dtype), jax.lax.dynamic_slice(kb, (0, 0, 0, at), k.shape)), (0, 0, 0, at))
-            values[l][j] = jax.lax.dynamic_update_slice(
-                vb, jnp.where(inside, v.astype(vb.dtype), jax.lax.dynamic_slice(vb, (0, 0, at, 0), v.shape)), (0, 0, at, 0))
-        q = q.reshape(B, K, G, hd)
-        # scores: each prompt's keys against all R·G query heads of its rows at once; own keys per row, by block
-        sp = jnp.einsum("ukmh,ukht->ukmt", to_groups(q), prefix[0][l], preferred_element_type=f32) * cfg.attn_scale
-        sp = jnp.where(pmask[sl], _softcap(sp, cfg.attn_logit_softcapping), -jnp.inf)   # [U, K, R·G, T]
-        sd = [jax.lax.cond(u, lambda q, kb: jnp.einsum("bkgh,bkhn->bkgn", q, kb, preferred_element_type=f32),
-                           skip((B, K, G, n)), q, kb) * cfg.attn_scale for u, kb, n in zip(used, keys[l], sizes)]
-        sd = [jnp.where(mk, _softcap(s, cfg.attn_logit_softcapping), -jnp.inf) for s, mk in zip(sd, dmask[sl])]
-        # one softmax over all parts (slot `step` is always visible, so m is finite)
-        m = to_rows(sp.max(-1))
-        for s in sd: m = jnp.maximum(m, s.max(-1))                          # [B, K, G]
-        ep, ed = jnp.exp(sp - to_groups(m)[..., None]), [jnp.exp(s - m[..., None]) for s in sd]
-        den = to_rows(ep.sum(-1)) + sum(e.sum(-1) for e in ed)
-        o = to_rows(jnp.einsum("ukmt,ukth->ukmh", ep.astype(dt), prefix[1][l], preferred_element_type=f32))
-        for u, e, vb in zip(used, ed, values[l]):
-            o = o + jax.lax.cond(u, lambda e, vb: jnp.einsum("bkgn,bknh->bkgh", e, vb, preferred_element_type=f32),
-                                 skip((B, K, G, hd)), e.astype(dt), vb)
-        o = (o / den[..., None]).astype(dt).reshape(B, H * hd) @ p["wo"]
-        if cfg.sandwich_norm: o = rms_norm(o, p["post_attn_norm"], eps, p1)
-        x = x + o
-        gu = rms_norm(x, p["mlp_norm"], eps, p1) @ p["wgu"]
-        F = gu.shape[-1] // 2
-        h = (_act(cfg.activation)(gu[:, :F]) * gu[:, F:]) @ p["w_down"]
-        if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
-        x = x + h
-    return rms_norm(x, model.final_norm[...], eps, p1), (tuple(map(tuple, keys)), tuple(map(tuple, values)))
+        attend = cached_attention(cfg, (prefix[0][l], prefix[1][l]), (keys[l], values[l]), pmask[sl], dmask[sl], step, used)
+        x, (keys[l], values[l]) = decoder_layer(cfg, p, x, *cs[sl], attend)
+    return model.final(x[:, 0]), (tuple(keys), tuple(values))
 
 _TRACE_COUNT = [0]   # how many times the generation program was traced (a compile per new shape)
 

@@ -17,8 +17,9 @@ from flax import nnx
 
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm',
-           'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'decoder_layer', 'Decoder',
-           'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes', 'forward_fn']
+           'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap',
+           'layer_inv_freqs', 'fuse_weights', 'decoder_layer', 'masked_attention', 'Decoder', 'init_cache',
+           'positions_from_mask', 'tiny_config', 'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -196,13 +197,20 @@ LAYER_KEYS = ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm", "q_nor
               "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 # %% ../nbs/01_model.ipynb #61655b35
-def _act(name):
+def activation(name: str):
+    "The MLP activation named by `ModelConfig.activation`: 'silu' | 'gelu_tanh'."
     if name == "silu": return jax.nn.silu
     if name == "gelu_tanh": return lambda x: jax.nn.gelu(x, approximate=True)
     raise ValueError(f"unknown activation {name!r}")
 
-def _softcap(x, cap):
+def softcap(x, cap: float | None):
+    "cap · tanh(x / cap) (Gemma's logit soft-capping), or x when cap is None."
     return x if cap is None else jnp.tanh(x / cap) * cap
+
+def layer_inv_freqs(cfg: ModelConfig) -> dict:
+    "RoPE inverse frequencies of full (False) and sliding (True) layers."
+    inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+    return {False: inv, True: rope_inv_freq(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else inv}
 
 def _proj(spec: str, x, p: dict, name: str):
     "einsum(spec, x, p[name]), plus the low-rank term (x A) B when `p` holds `name`_lora_a / `name`_lora_b."
@@ -215,38 +223,75 @@ def _proj(spec: str, x, p: dict, name: str):
     xa = jnp.einsum(f"{lhs},{con}r->{keep}r", x, p[name + "_lora_a"])           # [..., r]
     return y + jnp.einsum(f"{keep}r,r{rhs[len(con):]}->{out}", xa, p[name + "_lora_b"])
 
-def decoder_layer(cfg: ModelConfig, p: dict, x, mask, cos, sin, kv=None, end=None):
-    """One block. x [B, T, d]; mask [B, 1, 1, T, S]; cos/sin [B, T, hd].
-    kv: (k_cache, v_cache) [B, S, K, hd] to write at slot `end`, or None (then S == T)."""
-    B, T, _ = x.shape
-    K, G = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads
+def fuse_weights(p: dict) -> dict:
+    """Layer weights `p` (one layer, or stacked [L, ...]) with q/k/v fused into `wqkv` [.., d, (H + 2K)·hd], `wo`
+    flattened to [.., H·hd, d] and gate/up fused into `wgu` [.., d, 2F]: four matmuls per layer instead of seven, for
+    one token per row (decode). `decoder_layer` takes either form; LoRA terms need the separate weights."""
+    if any(k.endswith("_lora_a") for k in p): raise ValueError("fuse_weights: LoRA terms need the separate weights")
+    flat = lambda w: w.reshape(*w.shape[:-2], -1)                          # [.., d, n, hd] -> [.., d, n·hd]
+    out = {k: v for k, v in p.items() if k.endswith("norm")}
+    out |= dict(wqkv=jnp.concatenate([flat(p["wq"]), flat(p["wk"]), flat(p["wv"])], -1),
+                wo=p["wo"].reshape(*p["wo"].shape[:-3], -1, p["wo"].shape[-1]),
+                wgu=jnp.concatenate([p["w_gate"], p["w_up"]], -1), w_down=p["w_down"])
+    return out
+
+def _qkv(cfg: ModelConfig, h, p: dict):
+    "q [B, T, H, hd], k, v [B, T, K, hd] of h [B, T, d], from separate or fused (`wqkv`) weights."
+    if "wqkv" not in p: return tuple(_proj("btd,dnh->btnh", h, p, n) for n in ("wq", "wk", "wv"))
+    B, T, _ = h.shape
+    H, K, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    y = h @ p["wqkv"]                                                       # [B, T, (H + 2K)·hd]
+    return (y[..., :H * hd].reshape(B, T, H, hd), y[..., H * hd:(H + K) * hd].reshape(B, T, K, hd),
+            y[..., (H + K) * hd:].reshape(B, T, K, hd))
+
+def _out(o, p: dict):
+    "Output projection of o [B, T, H, hd] to [B, T, d], separate ([H, hd, d]) or flattened ([H·hd, d]) `wo`."
+    if p["wo"].ndim == 2: return o.reshape(*o.shape[:2], -1) @ p["wo"]
+    return _proj("btnh,nhd->btd", o, p, "wo")
+
+def _mlp(cfg: ModelConfig, h, p: dict):
+    "act(h W_gate) ⊙ (h W_up) W_down, from separate or fused (`wgu`) weights."
+    act = activation(cfg.activation)
+    if "wgu" not in p:
+        return _proj("btf,fd->btd", act(_proj("btd,df->btf", h, p, "w_gate")) * _proj("btd,df->btf", h, p, "w_up"), p, "w_down")
+    gu = h @ p["wgu"]
+    F = gu.shape[-1] // 2
+    return (act(gu[..., :F]) * gu[..., F:]) @ p["w_down"]
+
+def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
+    """One block. x [B, T, d]; cos/sin [B, T, hd]; p: one layer's weights, separate or `fuse_weights`'d.
+    attend(q [B, T, H, hd], k [B, T, K, hd], v [B, T, K, hd]) -> (o [B, T, H, hd], state) is the attention (masked over
+    the sequence and a cache: `masked_attention`; or the sampler's cached decode attention). Returns (x, state)."""
     eps, p1 = cfg.rms_norm_eps, cfg.norm_plus_one
-    h = rms_norm(x, p["attn_norm"], eps, p1)
-    q = _proj("btd,dnh->btnh", h, p, "wq")
-    k = _proj("btd,dnh->btnh", h, p, "wk")
-    v = _proj("btd,dnh->btnh", h, p, "wv")
+    q, k, v = _qkv(cfg, rms_norm(x, p["attn_norm"], eps, p1), p)
     if cfg.qk_norm:
         q, k = rms_norm(q, p["q_norm"], eps, p1), rms_norm(k, p["k_norm"], eps, p1)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    if kv is not None:
-        kc = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, end, 0, 0))
-        vc = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, end, 0, 0))
-        k, v, new_kv = kc.astype(x.dtype), vc.astype(x.dtype), (kc, vc)
-    else: new_kv = None
-    q = q.reshape(B, T, K, G, cfg.head_dim)
-    s = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * cfg.attn_scale
-    s = _softcap(s, cfg.attn_logit_softcapping)
-    s = jnp.where(mask, s, jnp.finfo(jnp.float32).min)
-    w = jax.nn.softmax(s, axis=-1).astype(x.dtype)
-    o = jnp.einsum("bkgts,bskh->btkgh", w, v).reshape(B, T, cfg.num_heads, cfg.head_dim)
-    o = _proj("btnh,nhd->btd", o, p, "wo")
+    o, state = attend(q, k, v)
+    o = _out(o, p)
     if cfg.sandwich_norm: o = rms_norm(o, p["post_attn_norm"], eps, p1)
     x = x + o
-    h = rms_norm(x, p["mlp_norm"], eps, p1)
-    h = _act(cfg.activation)(_proj("btd,df->btf", h, p, "w_gate")) * _proj("btd,df->btf", h, p, "w_up")
-    h = _proj("btf,fd->btd", h, p, "w_down")
+    h = _mlp(cfg, rms_norm(x, p["mlp_norm"], eps, p1), p)
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
-    return x + h, new_kv
+    return x + h, state
+
+def masked_attention(cfg: ModelConfig, mask, kv=None, end=None):
+    """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
+    call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None)."""
+    def attend(q, k, v):
+        B, T, H, hd = q.shape
+        K = cfg.num_kv_heads
+        if kv is not None:
+            kc = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, end, 0, 0))
+            vc = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, end, 0, 0))
+            k, v, new_kv = kc.astype(q.dtype), vc.astype(q.dtype), (kc, vc)
+        else: new_kv = None
+        s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, T, K, H // K, hd), k, preferred_element_type=jnp.float32)
+        s = softcap(s * cfg.attn_scale, cfg.attn_logit_softcapping)
+        s = jnp.where(mask, s, jnp.finfo(jnp.float32).min)
+        w = jax.nn.softmax(s, axis=-1).astype(q.dtype)
+        return jnp.einsum("bkgts,bskh->btkgh", w, v).reshape(B, T, H, hd), new_kv
+    return attend
 
 # %% ../nbs/01_model.ipynb #dad8eb31
 def _init(key, shape, axes, dtype):
@@ -281,7 +326,11 @@ class Decoder(nnx.Module):
         "Final hidden [..., d] → logits [..., V] in float32."
         w = self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
         out = jnp.einsum("...d,dv->...v", hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32)
-        return _softcap(out, self.cfg.final_logit_softcapping)
+        return softcap(out, self.cfg.final_logit_softcapping)
+
+    def final(self, x):
+        "The final norm of the residual stream x [..., d]."
+        return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps, self.cfg.norm_plus_one)
 
     def __call__(self, tokens, positions, segment_ids, cache: dict | None = None, return_hidden: bool = False,
                  lora: dict | None = None):
@@ -298,10 +347,9 @@ class Decoder(nnx.Module):
                                                   (0, cache["end"]))
         full = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, None)
         slide = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, cfg.sliding_window) if cfg.sliding_window else full
-        cos_g, sin_g = rope_cos_sin(positions, rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling), dt)
-        if cfg.rope_local_theta is not None:
-            cos_l, sin_l = rope_cos_sin(positions, rope_inv_freq(cfg.head_dim, cfg.rope_local_theta), dt)
-        else: cos_l, sin_l = cos_g, sin_g
+        inv = layer_inv_freqs(cfg)
+        cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
+        cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
         layer_params = {k: getattr(self, k)[...].astype(dt) for k in LAYER_KEYS if hasattr(self, k)}
         for k, (a, b) in (lora or {}).items():
             layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
@@ -311,13 +359,12 @@ class Decoder(nnx.Module):
             p, is_sl, kv = xs
             mask = jnp.where(is_sl, slide, full)
             cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
-            x, new_kv = decoder_layer(cfg, p, x, mask, cos, sin, kv, None if cache is None else cache["end"])
-            return x, new_kv
+            return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, None if cache is None else cache["end"]))
 
         if self.remat: body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
         kv_in = None if cache is None else (cache["k"], cache["v"])
         x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
-        x = rms_norm(x, self.final_norm[...], cfg.rms_norm_eps, cfg.norm_plus_one)
+        x = self.final(x)
         new_cache = None
         if cache is not None:
             new_cache = dict(k=kv_out[0], v=kv_out[1], segment_ids=kv_seg, end=cache["end"] + T)
