@@ -27,7 +27,7 @@ def _in_ci() -> bool: return os.environ.get('CI', '').strip().lower() not in (''
 
 def build(out: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(BUILD), '--out', str(out), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1200)
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
@@ -185,8 +185,9 @@ def test_math_renders(chromium, site, tmp_path):
 
 def _serve(site):
     "The site on a local HTTP server (127.0.0.1, a free port): (server, base url)"
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *a: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args): pass
+    handler = functools.partial(Quiet, directory=str(site))
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f'http://127.0.0.1:{srv.server_port}/'
@@ -222,6 +223,7 @@ def test_executed_plot_loads(chromium, tmp_path):
         ('md', 'Squares $y = x^2$, and $$\\sum_{i=1}^n i^2 = \\frac{n(n+1)(2n+1)}{6}$$ and broken $\\frac{1}{$ TeX.'),
         ('code', 'import matplotlib.pyplot as plt\nplt.figure(figsize=(4, 3)); plt.plot([1, 2, 3], [1, 4, 9]); plt.show()'),
         ('code', 'print("PRINTED", 6 * 7)'),
+        ('code', '#| eval: false\nraise ValueError("NEVER_RUN")'),  # not run, as nbdev-test
     ])
     _nb(nbs / 'not_run.ipynb', [('md', '# Not run'), ('code', 'print("NOT_EXECUTED")')])
     out = tmp_path / 'site'
@@ -294,3 +296,9 @@ def test_failing_tutorial_fails_the_build(tmp_path):
     assert r.returncode != 0
     assert 'tutorials/broken.ipynb' in r.stderr and 'boom_xyz' in r.stderr, r.stderr[-3000:]
     assert build(tmp_path / 'site2', '--nbs', str(nbs), '--execute', '').returncode == 0  # not executed: it builds
+    import nbformat  # nor is a notebook whose frontmatter says skip_exec, as nbdev-test
+    nb = nbformat.read(nbs / 'tutorials' / 'broken.ipynb', as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_raw_cell('---\nskip_exec: true\n---'))
+    nbformat.write(nb, nbs / 'tutorials' / 'broken.ipynb')
+    r = build(tmp_path / 'site3', '--nbs', str(nbs))
+    assert r.returncode == 0 and 'executed in' not in r.stdout, r.stdout + r.stderr

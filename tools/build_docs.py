@@ -15,7 +15,8 @@ sidebar listing every page, a search box and a table of contents (`tools/docs_si
 Outputs: the outputs a notebook carries are shown (text, tables, images; images are embedded as data: URIs). The
 notebooks matching `--execute` (glob on the path under nbs/, default `tutorials/*`; several separated by commas; ''
 for none) are first run top to bottom by nbclient in this Python's kernel (JAX on CPU, `--cell-timeout` seconds per
-cell), so their pages show real results; a cell that raises fails the build.
+cell), so their pages show real results; a cell that raises fails the build. As in nbdev-test, `#| eval: false` cells
+and notebooks whose frontmatter says `skip_exec: true` are not run.
 
 Math: rendered at build time by KaTeX (node, version pinned in tools/package-lock.json; `npm ci` runs when
 tools/node_modules lacks it), CSS and fonts bundled in `assets/katex/`, so math needs no script and no network. TeX
@@ -30,6 +31,8 @@ One repair to nbdev 3.3.26 / fastcore: `show_doc` of a flax NNX Module dies with
 
 Output: `<out>/<notebook stem>.html` per notebook (`00_config.html`, ...; sub-folders kept), `<out>/index.html` (from
 `nbs/index.ipynb` when present, else generated), `<out>/sidebar.json` (the page list), `<out>/assets/`.
+Links written for nbdev's page names (`config.html`, or `<doc_host>/config.html#x`) point at this site's pages, and a
+link to a method that has no entry of its own (`engine.html#engine.generate`) at its class's entry.
 Exits 1 naming the notebook and the cell when a notebook fails to process or to execute.
 """
 from __future__ import annotations
@@ -119,13 +122,24 @@ def _make_exec_proc(nbdev_exec: bool):
             if self.k.exc: self._fail(cell, cell.source, self.k.exc)
     return exec_show_docs
 
-def execute(path: Path, timeout: int) -> dict:
-    "The notebook at `path` run top to bottom by nbclient, in its folder, with this Python's kernel"
+def execute(path: Path, timeout: int) -> dict | None:
+    ("The notebook at `path` run top to bottom by nbclient, in its folder, with this Python's kernel. As nbdev-test: "
+     "cells with `#| eval: false` are not run, nor is a notebook whose frontmatter says `skip_exec: true` (None)")
     import nbformat
     from nbclient import NotebookClient
+    from fastcore.basics import str2bool
+    from fastcore.nbio import read_nb, nb_frontmatter, fm_default_eval, does_cell_eval
+    fnb = read_nb(path)
+    fm = nb_frontmatter(fnb)
+    if str2bool(fm.get('skip_exec', False)): return None
+    dflt = fm_default_eval(fm)
     nb = nbformat.read(path, as_version=4)
+    saved = {i: nb.cells[i].source for i, c in enumerate(fnb.cells)
+             if c.cell_type == 'code' and not does_cell_eval(c, dflt)}
+    for i in saved: nb.cells[i].source = ''  # nbclient skips empty cells
     NotebookClient(nb, timeout=timeout, kernel_name='python3', allow_errors=False, record_timing=False,
                    resources={'metadata': {'path': str(path.parent)}}).execute()
+    for i, src in saved.items(): nb.cells[i].source = src
     return json.loads(nbformat.writes(nb))
 
 def nbdev_process(path: Path, nbdev_exec: bool = False, nb_dict: dict | None = None):
@@ -245,7 +259,7 @@ def process_one(job: dict) -> dict:
         from bs4 import BeautifulSoup
         import docs_site as S
         nb_dict = execute(src, job['cell_timeout']) if job['execute'] else None
-        res['exec_seconds'] = round(time.time() - t0, 2)
+        res['executed'], res['exec_seconds'] = nb_dict is not None, round(time.time() - t0, 2)
         cells, fm = nbdev_process(src, job['nbdev_exec'], nb_dict)
         body, css = nb_html(to_nbformat(cells))
         soup = BeautifulSoup(body, 'html.parser')
@@ -348,7 +362,7 @@ def build(out: Path, jobs: int, nbdev_exec: bool, nbs: Path | None = None, execu
                   nbdev_exec=nbdev_exec, execute=matches(r, execute), cell_timeout=cell_timeout) for r in rels]
     n_exec = sum(j['execute'] for j in jobs_)
     print(f'build_docs: {len(rels)} notebooks from {nbs} -> {out} ({jobs} worker{"s" * (jobs > 1)}; '
-          f'{n_exec} executed; KaTeX {katex_version})', flush=True)
+          f'{n_exec} matching --execute; KaTeX {katex_version})', flush=True)
     results = run_workers(jobs_, jobs)
     if results is None: return 1
     failed = [r for r in results if not r['ok']]
