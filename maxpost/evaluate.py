@@ -21,8 +21,8 @@ from .rewards.answers import extract_answer, is_correct
 from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, format_ok, load_gsm8k
 
 # %% auto #0
-__all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'headline', 'evaluate', 'compare_runs',
-           'main']
+__all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'render_prompts', 'headline', 'evaluate',
+           'compare_runs', 'main']
 
 # %% ../nbs/08b_evaluate.ipynb #a4e85d91
 DATASETS: dict[str, Callable[[str], list[dict]]] = {"gsm8k": lambda split: load_gsm8k(split)}
@@ -102,6 +102,16 @@ def score_results(row: dict, results: list, template: str, fallback_last_number:
                 format_ok=[format_ok(t, template) for t in texts], lengths=[len(r.token_ids) for r in results],
                 finish_reasons=[r.finish_reason for r in results])
 
+def render_prompts(rows: Sequence[dict], tokenizer, cfg: EvalConfig) -> list[tuple[str, list[int]]]:
+    "Each row's question in `cfg.template` (with `cfg.few_shot` solved examples) through the chat template: (text, ids)."
+    shots = load_gsm8k("train", cfg.few_shot) if cfg.few_shot else None
+    out = []
+    for r in rows:
+        msgs = build_prompt(r["question"], cfg.template, cfg.few_shot, few_shot_examples=shots)
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        out.append((text, list(tokenizer.encode(text, add_special_tokens=False))))
+    return out
+
 def headline(summary: dict) -> str:
     "'accuracy 0.310 [0.250, 0.380] on 200 of 1319 problems': the mode's metric and the cap, on one line."
     e = summary["eval"]
@@ -124,12 +134,7 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
     n_available = len(dataset_rows)
     if n_available == 0: raise ValueError("no dataset rows to evaluate")
     rows = list(dataset_rows)[:cfg.num_eval_examples] if cfg.num_eval_examples else list(dataset_rows)
-    shots = load_gsm8k("train", cfg.few_shot) if cfg.few_shot else None
-    prompts = []
-    for r in rows:
-        msgs = build_prompt(r["question"], cfg.template, cfg.few_shot, few_shot_examples=shots)
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        prompts.append((text, list(tokenizer.encode(text, add_special_tokens=False))))
+    prompts = render_prompts(rows, tokenizer, cfg)
     sp = SamplingParams(temperature=cfg.sampling_temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                         max_tokens=cfg.max_tokens, n=K, seed=cfg.seed)
     order = sorted(range(len(rows)), key=lambda i: -len(prompts[i][1]))     # longest first: the slowest batch compiles first
@@ -199,6 +204,13 @@ def main(argv=None):
         check_engine(cfg.rollout_engine)
         rows = load_dataset(cfg.dataset, cfg.split)
         tokenizer = load_tokenizer(cfg.tokenizer_path or cfg.load_parameters_path)
+        if cfg.rollout_engine == "native":     # a prompt too long for the engine: say so before the model loads
+            rows_used = rows[:cfg.num_eval_examples] if cfg.num_eval_examples else rows
+            longest = max(len(ids) for _, ids in render_prompts(rows_used, tokenizer, cfg))
+            if longest > cfg.max_prefill_length:
+                raise ConfigError(f"max_prefill_length={cfg.max_prefill_length} is too short: the longest prompt has {longest} "
+                                  f"tokens (template={cfg.template}, few_shot={cfg.few_shot}); raise it, or use fewer "
+                                  f"few-shot examples", key="max_prefill_length")
         import jax.numpy as jnp
         dtype = jnp.float32 if cfg.dtype == "float32" else jnp.bfloat16
         extra = dict(max_batch=max(cfg.batch_size, cfg.num_eval_passes), max_prefill=cfg.max_prefill_length) \

@@ -42,6 +42,9 @@ def test_cli_end_to_end(smol, tmp_path):
 def test_cli_errors_before_compute(smol, tmp_path):
     rc, out, err = run_cli(f"load_parameters_path={smol}", "dataset=math500", f"base_output_directory={tmp_path}")
     assert rc == 2 and "bad value for 'dataset'" in err and "'math500'" in err, err
+    rc, out, err = run_cli(f"load_parameters_path={smol}", "few_shot=4", "max_prefill_length=256",
+                           f"base_output_directory={tmp_path}")      # prompts too long: refused before the model loads
+    assert rc == 2 and "max_prefill_length=256 is too short" in err, err
     try:
         import vllm  # noqa: F401
     except Exception:
