@@ -200,7 +200,7 @@ def _search_hits(dom) -> list[str]:
 def test_search_finds_a_term(chromium, site, tmp_path):
     "The search box finds GSPO on the losses page, from file:// and over http, on a page in a sub-folder too"
     hits = _search_hits(dump_dom(chromium, tmp_path, site / 'index.html', '?q=GSPO'))
-    assert any(h.split('#')[0] == '09_losses.html' for h in hits), hits
+    assert any(h.split('#')[0] == '09_losses.html' for h in hits[:5]), hits
     assert any('#' in h for h in hits), f'no hit links a section: {hits}'
     screenshot(chromium, tmp_path, site / 'index.html', 'search_GSPO.png', '?q=GSPO')
     tut = tutorial_pages(site)[0]

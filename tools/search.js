@@ -1,6 +1,7 @@
 // Client-side search of the docs site built by tools/build_docs.py; no dependency, works from file:// and http.
 // The index (assets/search-index.js: window.maxpostSearchIndex = [{page, title, anchor, heading, text}, ...]) is
-// loaded on first use. Every word of the query must occur in a section; title and heading hits rank first.
+// loaded on first use. Every word of the query must occur in a section (its heading or text, or the page title for
+// a page's first entry); title and heading hits rank first.
 // A page opened with ?q=term searches at once (the search form submits that way when JavaScript is off).
 (function () {
   'use strict';
@@ -24,11 +25,13 @@
     var words = q.toLowerCase().split(/\s+/).filter(Boolean), hits = [];
     if (!words.length) return hits;
     index.forEach(function (e) {
-      var title = e.title.toLowerCase(), head = e.heading.toLowerCase(), text = e.text.toLowerCase(), score = 0;
+      // a page's title is searched in its first entry only, so that a word of the title does not match every section
+      var title = e.anchor ? '' : e.title.toLowerCase(), head = e.heading.toLowerCase(), text = e.text.toLowerCase();
+      var score = 0;
       for (var i = 0; i < words.length; i++) {
         var w = words[i], t = count(title, w), h = count(head, w), x = count(text, w);
         if (!t && !h && !x) return;
-        score += 8 * Math.min(t, 1) + 20 * Math.min(h, 1) + Math.min(x, 10);
+        score += 20 * Math.min(t, 1) + 20 * Math.min(h, 1) + Math.min(x, 10);
       }
       hits.push({e: e, score: score});
     });
