@@ -1,6 +1,6 @@
 """Masked token-mean cross-entropy computed in chunks so that a 262k vocabulary never becomes a [batch, length, vocab]
-array, AdamW with warmup and cosine decay, gradient accumulation, native LoRA on the stacked layers, FSDP × tensor
-sharding, and Orbax checkpoints that resume a killed run exactly.
+array, the SFT step with gradient accumulation, full or LoRA, sharded FSDP × tensor, and a held-out loss over
+every example with a bootstrap interval; the run itself is `maxpost.loop`'s.
 
 Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
