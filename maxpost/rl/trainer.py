@@ -9,6 +9,7 @@ Docs: https://maxpost.github.io/maxpost/rl_trainer.html.md"""
 # %% ../../nbs/10c_rl_trainer.ipynb #9b50f82f
 from __future__ import annotations
 import json, sys, time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +86,11 @@ class RLTrainer:
         self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
         self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
-        self._logps = jax.jit(self._logps_fn, static_argnames=("policy",))
-        # minibatch and metrics replicated (None); state and frozen weights on their shardings
+        # batches and outputs replicated (None); params and frozen weights on their shardings
+        logps = lambda policy, sh: jit_sharded(partial(self._logps_fn, policy=policy), self.mesh, (*sh, None), None)
+        self._policy_logps = logps(True, (self.param_sh, self.frozen_sh))
+        if self.use_ref:   # LoRA: the base with lora=None; full fine-tuning: the frozen copy in the trainable slot
+            self._ref_logps = logps(False, ({}, self.frozen_sh)) if cfg.use_lora else logps(True, (self.param_sh, {}))
         self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, None),
                                    (self.state_sh, None), donate_argnums=(0,))
 
@@ -123,12 +127,12 @@ class RLTrainer:
 
     def policy_logps(self, state, batch):
         "Log-probs [B, T] of the current policy (the 'old' policy before the first update)."
-        return self._logps(state["params"], self.frozen, batch, policy=True)
+        return self._policy_logps(state["params"], self.frozen, batch)
 
     def ref_logps(self, batch):
         "Log-probs [B, T] of the reference (base without LoRA, or the frozen initial weights)."
-        if self.cfg.use_lora: return self._logps({}, self.ref, batch, policy=False)   # same base, lora=None
-        return self._logps(self.ref, {}, batch, policy=True)
+        if self.cfg.use_lora: return self._ref_logps({}, self.ref, batch)   # same base, lora=None
+        return self._ref_logps(self.ref, {}, batch)
 
     def _loss(self, trainable, frozen, mb):
         lc = self.lc
