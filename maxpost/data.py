@@ -83,7 +83,7 @@ def detect_schema(columns: Iterable[str]) -> str:
 
 # %% ../nbs/04_data.ipynb #5fc670ed
 from .rewards.answers import content_text
-from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_path, gsm8k_reasoning
+from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_reasoning, load_qa_dataset
 
 CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's '<<48/2=24>>'
 ANSWER_FORMATS = {"gsm8k": "plain", "tags": "maxtext_gsm8k", "raw": None}  # answer format -> rewards template
@@ -432,19 +432,20 @@ class SFTDataIterator:
 
 # %% ../nbs/04_data.ipynb #4b09e9d2
 def default_sft_dataset(split: str = "train", num_rows: int | None = None, answer_format: str = "gsm8k",
-                        prompt_template: str | Callable | None = None):
-    "GSM8K `split` as a `datasets.Dataset` with question, answer and the chat `messages` to train on."
+                        prompt_template: str | Callable | None = None, dataset: str = "gsm8k"):
+    "A built-in dataset's `split` (`QA_DATASETS`) as a `datasets.Dataset` with question, answer and the `messages`."
     import datasets
-    ds = load_sft_dataset(gsm8k_path(split), split=split, num_rows=num_rows)
-    cols = ds.to_dict(); q, a = cols["question"], cols["answer"]
+    rows = load_qa_dataset(dataset, split, num_rows)
+    q, a = [r["question"] for r in rows], [r["answer"] for r in rows]
     msgs = [to_messages({"question": x, "answer": y}, "question_answer", prompt_template, answer_format)
             for x, y in zip(q, a)]
     return datasets.Dataset.from_dict({"question": q, "answer": a, "messages": msgs})
 
 def load_sft_examples(tokenizer, max_target_length: int, path_or_id: str | None = None, split: str = "train",
                       num_rows: int | None = None, **kw) -> tuple[list[SFTExample], DataReport]:
-    "Load (GSM8K train when `path_or_id` is None) and tokenize: examples and report; `kw` goes to `tokenize_sft`."
+    "Load (built-in `dataset`, GSM8K by default, when `path_or_id` is None) and tokenize: examples and report; `kw` goes to `tokenize_sft`."
     if path_or_id is None:
-        ds = default_sft_dataset(split, num_rows, kw.pop("answer_format", "gsm8k"), kw.pop("prompt_template", None))
+        ds = default_sft_dataset(split, num_rows, kw.pop("answer_format", "gsm8k"), kw.pop("prompt_template", None),
+                                 kw.pop("dataset", "gsm8k"))
     else: ds = load_sft_dataset(path_or_id, split, num_rows=num_rows, data_files=kw.pop("data_files", None))
     return tokenize_sft(ds, tokenizer, max_target_length, **kw)

@@ -18,20 +18,20 @@ from .engine import ENGINES, SamplingParams, check_engine, load_tokenizer, make_
 from .metrics import format_summary, read_jsonl, summarize, write_jsonl
 from .model import PRESETS, Decoder
 from .rewards.answers import extract_answer, is_correct
-from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, format_ok, load_gsm8k
+from .rewards.gsm8k import (PROMPT_TEMPLATES, QA_DATASETS, build_prompt, format_gold, format_ok, load_gsm8k,
+                                    load_qa_dataset)
 
 # %% auto #0
 __all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'render_prompts', 'headline', 'evaluate',
            'compare_runs', 'main']
 
 # %% ../nbs/08b_evaluate.ipynb #a4e85d91
-DATASETS: dict[str, Callable[[str], list[dict]]] = {"gsm8k": lambda split: load_gsm8k(split)}
+DATASETS = QA_DATASETS                  # gsm8k (shipped) | arithmetic (generated): maxpost.rewards.gsm8k.load_qa_dataset
 EVAL_MODES = ("pass_at_1", "pass", "maj")
 
 def load_dataset(name: str, split: str = "test") -> list[dict]:
     "Rows of dataset `name`, split `split`."
-    if name not in DATASETS: raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
-    return DATASETS[name](split)
+    return load_qa_dataset(name, split)
 
 # %% ../nbs/08b_evaluate.ipynb #a7bb4a32
 class EvalConfig(Config):

@@ -45,7 +45,7 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     checkpoint_period: NonNegInt = 25       # 0: only at the end
     checkpoint_max_to_keep: PosInt = 2
     # data
-    dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"  # synthetic: single-digit additions (tiny models)
+    dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"  # arithmetic: maxpost.arithmetic; synthetic: single-digit additions (tiny models)
     hf_path: str = ""                       # dataset_type=hf: local json/jsonl/parquet file or folder, or hub id
     train_split: str = "train"
     eval_split: str = "test"

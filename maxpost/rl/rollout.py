@@ -14,6 +14,7 @@ import numpy as np
 import jax
 
 from ..config import ConfigError
+from ..rewards.gsm8k import QA_DATASETS, load_qa_dataset
 from .config import RLConfig, reward_weights
 
 # %% auto #0
@@ -34,9 +35,8 @@ def load_rewards(cfg: RLConfig) -> tuple[list[Callable], list[float]]:
 
 def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
     "Raw rows of the run's dataset `split`."
-    if cfg.dataset_type == "gsm8k":
-        from maxpost.rewards import load_gsm8k
-        return load_gsm8k(split, n)
+    if cfg.dataset_type in QA_DATASETS:                       # built in: gsm8k (shipped), arithmetic (generated)
+        return load_qa_dataset(cfg.dataset_type, split, n)
     if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
     from maxpost.data import load_sft_dataset
     ds = load_sft_dataset(cfg.hf_path, split, num_rows=n)
