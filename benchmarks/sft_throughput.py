@@ -3,6 +3,7 @@ same weights (the embedded Gemma 3 270M, loaded by each framework from the same 
 
     python benchmarks/sft_throughput.py [--mode lora|full] [--batch 2] [--seq 256] [--steps 3] [--dtype float32]
     python benchmarks/sft_throughput.py --rss [--batch 4] [--seq 512]   # peak RSS of a full fine-tune (maxpost CLI)
+    python benchmarks/sft_throughput.py --step-hash   # hash of the lowered tiny train step: compare two code versions
 
 Prints maxpost and Tunix tokens/s (median of the timed steps, after one compile step each; the timed steps alternate
 between the two so that both run under the same CPU load), the measured peak of a
@@ -114,6 +115,24 @@ def rss_run(hf_dir, batch: int, seq: int, steps: int = 2) -> dict:
     if r.returncode: raise SystemExit(r.stderr[-3000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
 
+def step_hash() -> dict:
+    "Hash of the lowered SFT train step (StableHLO, no debug locations) of tiny-gemma3, full and LoRA, and its first loss."
+    import hashlib, re
+    from maxpost.data import SFTDataIterator
+    from maxpost.sft import SFTConfig, SFTTrainer, model_config, random_params, synthetic_examples
+    mcfg = model_config("tiny-gemma3"); base = random_params(mcfg, 0)
+    b = next(SFTDataIterator(synthetic_examples(64, mcfg.vocab_size, "copy"), 8, 64, seed=0))
+    out = {}
+    for mode in ("full", "lora"):
+        cfg = SFTConfig(model_name="tiny-gemma3", max_target_length=64, per_device_batch_size=8, loss_chunk_size=128,
+                        use_lora=mode == "lora", lora_rank=4)
+        tr = SFTTrainer(cfg, mcfg, base); st = tr.init_state()
+        txt = re.sub(r"loc\([^)]*\)", "", tr._step.lower(st, tr.frozen, tr.put_batch(b)).as_text(debug_info=False))
+        _, m = tr.step(st, b)
+        out[mode] = {"hlo_sha1": hashlib.sha1(txt.encode()).hexdigest()[:16], "loss": float(m["loss"]),
+                     "grad_norm": float(m["grad_norm"])}
+    return out
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["lora", "full"], default="lora")
@@ -123,7 +142,10 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--skip-tunix", action="store_true")
     ap.add_argument("--rss", action="store_true", help="measure peak RSS of a full fine-tune instead")
+    ap.add_argument("--step-hash", action="store_true", help="print the hash of the lowered tiny train step instead")
     a = ap.parse_args()
+    if a.step_hash:
+        print(json.dumps(step_hash())); return
     from maxpost.convert.from_gguf import embedded_hf
     hf_dir = embedded_hf("gemma3-270m")
     if a.rss:
