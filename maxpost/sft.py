@@ -304,7 +304,7 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         except Exception as e:     # a missing source (DataLoadError) or a file that does not parse (datasets' error)
             if not isinstance(e, user_errors()): raise
             raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
-        print(f"{split}: {report.n_examples} examples, {report.n_target_tokens} target tokens; {report}", file=sys.stderr)
+        print(f"{split}: loaded {report.n_examples} examples, {report.n_target_tokens} target tokens; {report}", file=sys.stderr)
     if not ex: raise ValueError(f"no {split} examples")
     top = max(int(e.ids.max()) for e in ex)
     if top >= mcfg.vocab_size: raise ValueError(f"token id {top} is outside the model's vocabulary ({mcfg.vocab_size})")
