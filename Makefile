@@ -8,7 +8,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.maxpost-setup
 
-.PHONY: setup setup-vllm models demo test sync-check docs system-deps clean
+.PHONY: setup setup-vllm models demo test sync-check docs docs-deps system-deps clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -53,7 +53,7 @@ docs-deps:
 docs: setup docs-deps
 	$(BIN)/python tools/build_docs.py --out _site
 
-test: setup setup-vllm models system-deps sync-check
+test: setup setup-vllm models system-deps docs-deps sync-check
 	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=25 --timeout=2400
 
 clean:

@@ -26,12 +26,13 @@ from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sha
 from .lora import (LoRAKeys, LORA_IN_AXES, init_lora, lora_axes, lora_shapes, lora_targets, lora_terms,
                           merge_lora)
 from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
+from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
 from .sharding import tree_shardings, batch_sharding, named_sharding
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'token_nll', 'masked_mean', 'fused_nll_sum',
-           'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'ratio_ci',
-           'train']
+__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'map_position_chunks', 'token_nll',
+           'masked_mean', 'fused_nll_sum', 'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples',
+           'random_params', 'load_base', 'ratio_ci', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
@@ -39,8 +40,11 @@ TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambd
 class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora) and SFT's own."
     # data
-    dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"   # hf: any source maxpost.data.load_sft_dataset reads
+    dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"   # gsm8k, arithmetic: built in
+    # (maxpost.rewards.gsm8k.load_qa_dataset); hf: any source maxpost.data.load_sft_dataset reads
     hf_path: str = ""                           # dataset_type=hf: a local json/jsonl/parquet file or folder, or a hub id
+    prompt_template: Literal[("",) + tuple(PROMPT_TEMPLATES)] = ""   # question/answer rows: the user turn in this
+    # maxpost.rewards template (as RL and evaluate render it); "": the question as is
     train_split: str = "train"
     hf_eval_split: str = "test"                 # held-out split for eval_interval
     hf_eval_files: str = ""                     # held-out data from another file/folder/hub id (default: hf_path)
@@ -66,21 +70,24 @@ def model_config(model_name: str) -> ModelConfig:
     return get_preset(model_name)
 
 # %% ../nbs/05_sft.ipynb #e8a34d80
-def token_nll(logits_fn, hidden, targets, chunk_size: int = 256):
-    "Per-token NLL [B, T] (float32) of `targets` [B, T] under `logits_fn(hidden)`, `chunk_size` positions at a time."
+def map_position_chunks(fn, hidden, targets, chunk_size: int = 256):
+    """fn(hidden chunk [c, d], target chunk [c]) -> tuple of [c] arrays, over the B·T positions `chunk_size` at a time
+    under `jax.checkpoint` (the backward pass recomputes a chunk's logits rather than keeping all of them); returns
+    the tuple's arrays as [B, T]."""
     B, T, d = hidden.shape
     N = B * T
     c = max(1, min(chunk_size, N)); n = -(-N // c); pad = n * c - N
     h = jnp.pad(hidden.reshape(N, d), ((0, pad), (0, 0))).reshape(n, c, d)     # [n, c, d]
     t = jnp.pad(targets.reshape(N), (0, pad)).reshape(n, c)                     # [n, c]
+    out = jax.lax.map(jax.checkpoint(lambda a: fn(*a)), (h, t))
+    return tuple(o.reshape(n * c)[:N].reshape(B, T) for o in out)
 
-    @jax.checkpoint   # the backward pass recomputes a chunk's logits rather than keeping all of them
-    def one(args):
-        hc, tc = args
+def token_nll(logits_fn, hidden, targets, chunk_size: int = 256):
+    "Per-token NLL [B, T] (float32) of `targets` [B, T] under `logits_fn(hidden)`, `chunk_size` positions at a time."
+    def nll(hc, tc):
         z = logits_fn(hc).astype(jnp.float32)                                   # [c, V]
-        return jax.nn.logsumexp(z, axis=-1) - jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0]
-
-    return jax.lax.map(one, (h, t)).reshape(n * c)[:N].reshape(B, T)
+        return (jax.nn.logsumexp(z, axis=-1) - jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0],)
+    return map_position_chunks(nll, hidden, targets, chunk_size)[0]
 
 def masked_mean(x, mask):
     "sum(x · mask) / max(1, sum(mask))."
@@ -300,7 +307,9 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         if cfg.dataset_type == "hf" and not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
         key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
-        try: ex, report = load_sft_examples(tok, cfg.max_target_length, where or None, split, rows)
+        builtin = {"dataset": cfg.dataset_type} if cfg.dataset_type in QA_DATASETS and not where else {}
+        try: ex, report = load_sft_examples(tok, cfg.max_target_length, where or None, split, rows,
+                                            prompt_template=cfg.prompt_template or None, **builtin)
         except Exception as e:     # a missing source (DataLoadError) or a file that does not parse (datasets' error)
             if not isinstance(e, user_errors()): raise
             raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
@@ -400,6 +409,8 @@ def train(cfg: SFTConfig) -> dict:
             "stopped": summary["stopped"], "loss": last.get("loss"), "eval_loss": last.get("eval_loss"),
             "eval_loss_ci": [last["eval_loss_lo"], last["eval_loss_hi"]] if "eval_loss" in last else None,
             "eval_examples": last.get("eval_examples"), "eval_tokens": last.get("eval_tokens"),
-            "eval_loss_initial": first.get("eval_loss"), "tokens_per_s": summary["tokens_per_s"],
+            "eval_loss_initial": first.get("eval_loss"),
+            "eval_loss_initial_ci": [first["eval_loss_lo"], first["eval_loss_hi"]] if "eval_loss" in first else None,
+            "tokens_per_s": summary["tokens_per_s"],
             "peak_rss_gib": summary["peak_rss_gib"], "model_dir": str(model_dir) if model_dir else None}
 

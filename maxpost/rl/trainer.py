@@ -23,7 +23,7 @@ from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
 from ..losses import LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty, policy_loss
 from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora
 from ..loop import RunLoop, jit_sharded, train_state_shardings
-from ..sft import DTYPES
+from ..sft import DTYPES, map_position_chunks
 from ..sharding import named_sharding, replicated, tree_shardings
 from .config import RLConfig, check_config
 from .rollout import (PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
@@ -36,24 +36,14 @@ __all__ = ['token_logps_entropy', 'RLTrainer', 'rl_step', 'load_policy_base', 'm
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
 def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256):
     "(log π(targets) [B, T], entropy [B, T]) in float32, `chunk_size` positions of logits at a time."
-    B, T, d = hidden.shape
-    N = B * T
-    c = max(1, min(chunk_size, N)); n = -(-N // c); pad = n * c - N
-    h = jnp.pad(hidden.reshape(N, d), ((0, pad), (0, 0))).reshape(n, c, d)      # [n, c, d]
-    t = jnp.pad(targets.reshape(N), (0, pad)).reshape(n, c)                      # [n, c]
-
-    @jax.checkpoint
-    def one(args):
-        hc, tc = args
+    def one(hc, tc):
         z = logits_fn(hc).astype(jnp.float32)                                    # [c, V]
         lse = jax.nn.logsumexp(z, axis=-1)
         lp = jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0] - lse
         zs = jax.lax.stop_gradient(z)
         ent = jax.lax.stop_gradient(lse) - jnp.sum(jax.nn.softmax(zs, axis=-1) * zs, axis=-1)
         return lp, ent
-
-    lp, ent = jax.lax.map(one, (h, t))
-    return lp.reshape(n * c)[:N].reshape(B, T), ent.reshape(n * c)[:N].reshape(B, T)
+    return map_position_chunks(one, hidden, targets, chunk_size)
 
 # %% ../../nbs/10c_rl_trainer.ipynb #48744af1
 class RLTrainer:
