@@ -1,5 +1,6 @@
-# maxpost: two commands for a new user.
+# maxpost: three commands for a new user.
 #   make demo   set up, then run the main job on the embedded real models (no network after setup)
+#   make lab    set up, then JupyterLab with the tutorials (nbs/tutorials/)
 #   make test   set up, then run every test: notebook/package sync, all notebooks, pytest, the offline docs site
 # CI (.ci/run) calls `make test` on a clean clone.
 
@@ -8,7 +9,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.maxpost-setup
 
-.PHONY: setup setup-vllm models demo test sync-check docs docs-deps system-deps clean
+.PHONY: setup setup-vllm models demo lab test sync-check docs docs-deps system-deps clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +32,14 @@ models: setup
 
 demo: models
 	$(BIN)/python -m maxpost.demo base_output_directory=runs run_name=demo
+
+# JupyterLab (requirements-dev.txt) in the project's environment: the kernel is .venv's Python; the file browser opens
+# on nbs/tutorials/ with the SFT tutorial (--allow-root as root, as in containers). LAB_ARGS adds options, e.g. on a TPU VM (then an SSH tunnel to the port):
+#   make lab LAB_ARGS="--no-browser --port=8888"
+LAB_ARGS ?=
+lab: models
+	$(BIN)/jupyter lab --ServerApp.root_dir=nbs --LabApp.default_url=/lab/tree/tutorials/sft_chat_data.ipynb \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # headless Chromium for the docs-site test (Debian package; needs root, as on CI)
 system-deps:

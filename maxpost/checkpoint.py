@@ -312,7 +312,10 @@ def params_checkpointer():
     reg = th.create_type_handler_registry(
         (int, th.ScalarHandler()), (float, th.ScalarHandler()), (np.number, th.ScalarHandler()),
         (np.ndarray, th.NumpyHandler(deepcopy_host_arrays=False)), (jax.Array, th.ArrayHandler()))
-    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(type_handler_registry=reg, use_ocdbt=False))
+    me = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(), active_processes={jax.process_index()})
+    # process-local: each process reads (or writes) the whole file on its own, with no barrier across processes
+    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(type_handler_registry=reg, use_ocdbt=False,
+                                                        multiprocessing_options=me), multiprocessing_options=me)
 
 def save_params(path, params: dict[str, np.ndarray]):
     "Write a flat name → array dict as an Orbax PyTree checkpoint at `path` (which must not exist)."

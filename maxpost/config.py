@@ -7,17 +7,18 @@ Docs: https://maxpost.github.io/maxpost/config.html.md"""
 
 # %% ../nbs/00_config.ipynb #dd12fc35
 from __future__ import annotations
-import difflib, json, sys, types
+import dataclasses, difflib, json, sys, types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Type, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, ClassVar, Literal, Type, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # %% auto #0
-__all__ = ['Finite', 'NonNegFloat', 'PosFloat', 'Fraction', 'PosInt', 'NonNegInt', 'T', 'ConfigError', 'Config', 'sections',
-           'config_keys', 'from_text', 'nest', 'check_keys', 'parse_kv', 'read_yaml', 'load_config', 'dump_config',
-           'output_dir', 'user_errors', 'error_line', 'run_cli']
+__all__ = ['Finite', 'NonNegFloat', 'PosFloat', 'Fraction', 'PosInt', 'NonNegInt', 'T', 'ConfigError', 'Alias', 'alias', 'Config',
+           'sections', 'config_keys', 'aliases', 'from_text', 'nest', 'check_keys', 'parse_kv', 'read_yaml',
+           'load_config', 'dump_config', 'alias_rows', 'alias_table', 'output_dir', 'user_errors', 'error_line',
+           'run_cli']
 
 # %% ../nbs/00_config.ipynb #932743a4
 class ConfigError(ValueError):
@@ -25,10 +26,42 @@ class ConfigError(ValueError):
     def __init__(self, msg: str, key: str | None = None):
         super().__init__(msg); self.key = key
 
+@dataclasses.dataclass(frozen=True)
+class Alias:
+    "Another spelling of a config key (MaxText's, TRL's, an older maxpost name), resolved at parse time."
+    names: tuple[str, ...]          # the spelling(s); several: a group, read together from one place (one YAML, the command line)
+    to: tuple[str, ...]             # the key(s) it sets, dotted; '*': a namespace `name.*` = the class's own key
+    fn: Callable | None = None      # {name: value} → {key: value}; None: the value as is
+    note: str = ""                  # what differs, shown in the alias table
+    source: str = "MaxText"         # where the spelling comes from
+    example: str | None = None      # a value that parses (the alias table's test); default: the target's default
+
+def alias(names: str | tuple, to: str | tuple, fn: Callable | None = None, note: str = "", source: str = "MaxText",
+          example: str | None = None) -> Alias:
+    "An `Alias`; `names` and `to` may be single strings."
+    return Alias((names,) if isinstance(names, str) else tuple(names), (to,) if isinstance(to, str) else tuple(to),
+                 fn, note, source, example)
+
 class Config(BaseModel):
     "Base of every maxpost config: unknown keys are errors; values are coerced from strings and numbers."
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(),
                               coerce_numbers_to_str=True)   # YAML `run_name: 20240101` is the string '20240101'
+    key_aliases: ClassVar[tuple[Alias, ...]] = ()   # this class's other spellings (subclasses add theirs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_aliases(cls, data):
+        "Python callers (`EvalConfig(template=…)`) get the aliases too; parsed configs arrive resolved already."
+        if not isinstance(data, dict): return data
+        als, ns = aliases(cls), _namespaces(cls)
+        mine = {k: v for k, v in data.items() if k not in cls.model_fields and (k in als or k.partition(".")[0] in ns)}
+        if not mine: return data                   # unknown keys are left to pydantic, which names them
+        rest = {k: v for k, v in data.items() if k not in mine}
+        got = nest(mine, cls, f"{cls.__name__}(…)")
+        for k in got:
+            if k in rest and not (isinstance(got[k], dict) and isinstance(rest[k], dict)):
+                raise ConfigError(f"{k!r} is set twice, once through {', '.join(map(repr, mine))}; keep one", key=k)
+        return _merge(rest, got)
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]                  # any finite float
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]       # finite, >= 0
@@ -38,6 +71,7 @@ PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
 T = TypeVar("T", bound=Config)
+
 
 # %% ../nbs/00_config.ipynb #5ec710a2
 def sections(cls: Type[Config]) -> dict[str, Type[Config]]:
@@ -51,6 +85,18 @@ def config_keys(cls: Type[Config], prefix: str = "") -> list[str]:
     for k in cls.model_fields: out += config_keys(secs[k], f"{prefix}{k}.") if k in secs else [prefix + k]
     return out
 
+def aliases(cls: Type[Config]) -> dict[str, tuple[Alias, type]]:
+    "Every alias spelling of `cls` (its own and its bases'; a subclass's wins): name → (Alias, declaring class)."
+    out = {}
+    for c in reversed(cls.__mro__):
+        for a in c.__dict__.get("key_aliases", ()):
+            for n in a.names: out[n] = (a, c)
+    return out
+
+def _namespaces(cls: Type[Config]) -> dict[str, type]:
+    "Prefixes `p` declared as `p.*` → the class whose keys they hold (`rl.num_generations` = `num_generations`)."
+    return {n[:-2]: c for n, (a, c) in aliases(cls).items() if n.endswith(".*")}
+
 def _owners(cls: Type[Config], key: str) -> list[str]:
     "Dotted paths of the sections (at any depth) that have a field `key`."
     out = []
@@ -60,7 +106,7 @@ def _owners(cls: Type[Config], key: str) -> list[str]:
     return out
 
 def _closest(key: str, cls: Type[Config]) -> str:
-    keys = config_keys(cls)
+    keys = config_keys(cls) + [n for n in aliases(cls) if not n.endswith("*")]
     m = difflib.get_close_matches(key, keys + [k.rsplit(".", 1)[-1] for k in keys if "." in k], n=1, cutoff=0.5)
     return f"; did you mean {m[0]!r}?" if m else ""
 
@@ -91,46 +137,90 @@ def _merge(a: dict, b: dict) -> dict:
     for k, v in b.items(): out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
-def nest(d: dict, cls: Type[Config], where: str, text: bool = False, _root: Type[Config] | None = None,
-         _prefix: str = "") -> dict:
-    "`d` (flat, dotted or nested keys) as a nested dict of `cls`'s fields; `text`: values are raw command-line text."
-    root, secs, out = _root or cls, sections(cls), {}
-    for k, v in d.items():
-        k = str(k); head, dot, rest = k.partition(".")
-        if dot:
-            if head not in secs:
-                raise ConfigError(f"unknown config key {_prefix + k!r} in {where}{_closest(_prefix + k, root)}",
-                                  key=_prefix + k)
-            sub = {head: nest({rest: v}, secs[head], where, text, root, f"{_prefix}{head}.")}
-        elif k in secs and isinstance(v, dict):
-            sub = {k: nest(v, secs[k], where, text, root, f"{_prefix}{k}.")}
-        elif k in cls.model_fields:
-            sub = {k: from_text(cls.model_fields[k].annotation, v) if text and isinstance(v, str) else v}
-        else:
-            owners = _owners(cls, k)
-            if len(owners) > 1:
-                raise ConfigError(f"key {_prefix + k!r} in {where} is in several sections; write one of "
-                                  f"{', '.join(f'{_prefix}{o}.{k}' for o in owners)}", key=_prefix + k)
-            if not owners:
-                raise ConfigError(f"unknown config key {_prefix + k!r} in {where}{_closest(_prefix + k, root)}",
-                                  key=_prefix + k)
-            sub = nest({f"{owners[0]}.{k}": v}, cls, where, text, root, _prefix)
-        out = _merge(out, sub)
+def _field_ann(cls: Type[Config], dotted: str):
+    "The annotation of the (dotted) field `dotted` of `cls`."
+    head, _, rest = dotted.partition(".")
+    return _field_ann(sections(cls)[head], rest) if rest else cls.model_fields[dotted].annotation
+
+def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: list, origin: str):
+    "Append (dotted key of `root`, value, origin) for `key=v` set in `cls` (at `prefix`) to `out`."
+    secs, als = sections(cls), aliases(cls)
+    head, dot, rest = key.partition(".")
+    unknown = lambda k: ConfigError(f"unknown config key {k!r} in {where}{_closest(k, root)}", key=k)
+    if dot and head in secs: return _resolve(secs[head], rest, v, where, text, root, f"{prefix}{head}.", out, origin)
+    ns = _namespaces(cls)
+    if head in ns and (dot or isinstance(v, dict)):      # `rl.x=…`, or `rl: {x: …}` in YAML
+        items = {rest: v} if dot else v
+        for k, x in items.items():
+            k = str(k)
+            if k.partition(".")[0] not in set(ns[head].model_fields) | {n for n in aliases(ns[head]) if "*" not in n}:
+                raise unknown(f"{prefix}{head}.{k}")
+            _resolve(cls, k, x, where, text, root, prefix, out, origin if dot else f"{prefix}{head}.{k}")
+        return
+    if dot: raise unknown(prefix + key)
+    if key in secs and isinstance(v, dict):
+        for k, x in v.items(): _resolve(secs[key], str(k), x, where, text, root, f"{prefix}{key}.", out, f"{prefix}{key}.{k}")
+        return
+    if key in cls.model_fields:
+        out.append((prefix + key, from_text(cls.model_fields[key].annotation, v) if text and isinstance(v, str) else v, origin))
+        return
+    if key in als:
+        a, _ = als[key]
+        ann = _field_ann(cls, a.to[0]) if len(a.to) == 1 and a.fn is None else Any
+        out.append((("__alias__", a), {key: from_text(ann, v) if text and isinstance(v, str) else v}, prefix))
+        return
+    owners = _owners(cls, key)
+    if len(owners) > 1:
+        raise ConfigError(f"key {prefix + key!r} in {where} is in several sections; write one of "
+                          f"{', '.join(f'{prefix}{o}.{key}' for o in owners)}", key=prefix + key)
+    if not owners: raise unknown(prefix + key)
+    _resolve(cls, f"{owners[0]}.{key}", v, where, text, root, prefix, out, origin)
+
+def nest(d: dict, cls: Type[Config], where: str, text: bool = False) -> dict:
+    """`d` (flat, dotted, nested or aliased keys, from one place) as a nested dict of `cls`'s fields; `text`: values
+    are raw command-line text. An alias and its key both set in `d` is an error naming both."""
+    found: list = []
+    for k, v in d.items(): _resolve(cls, str(k), v, where, text, cls, "", found, str(k))
+    groups: dict = {}
+    flat = [x for x in found if not isinstance(x[0], tuple)]
+    for (_, a), given, prefix in (x for x in found if isinstance(x[0], tuple)):   # aliases: a group's names together
+        groups.setdefault((id(a), prefix), (a, prefix, {}))[2].update(given)
+    for a, prefix, given in groups.values():
+        try: vals = a.fn(**given) if a.fn is not None else {a.to[0]: next(iter(given.values()))}
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"bad value for {prefix + next(iter(given))!r}: {e}", key=prefix + next(iter(given))) from None
+        origin = " + ".join(prefix + n for n in given)
+        for t, x in vals.items(): _resolve(cls, prefix + t, x, where, False, cls, "", flat, origin)
+    seen, out = {}, {}
+    for key, v, origin in flat:
+        if key in seen and seen[key] != origin:
+            raise ConfigError(f"{seen[key]!r} and {origin!r} both set {key!r} in {where}; keep one", key=key)
+        seen[key] = origin
+        node = out
+        *heads, last = key.split(".")
+        for h in heads: node = node.setdefault(h, {})
+        node[last] = v
     return out
 
 def check_keys(d: dict, cls: Type[Config], where: str):
     "Raise ConfigError for the first key of `d` that `cls` (with its sections) does not have."
     nest(d, cls, where)
 
+
 # %% ../nbs/00_config.ipynb #10adc0f1
 def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, str]]:
-    "Split argv into an optional leading YAML path and a dict of `key=value` overrides (values as raw text)."
-    yml, out = None, {}
-    for i, a in enumerate(argv):
-        if "=" not in a:
-            if i == 0 and a.endswith((".yml", ".yaml")): yml = a; continue
-            raise ConfigError(f"argument {a!r} is not key=value")
-        k, v = a.split("=", 1)
+    """Split argv into an optional leading YAML path and a dict of `key=value` overrides (values as raw text).
+    TRL's (argparse's) spellings work too: `--key=value`, `--key value`, and a bare `--flag` for `flag=true`."""
+    yml, out, i = None, {}, 0
+    while i < len(argv):
+        a = argv[i]; i += 1
+        if "=" in a: k, v = a.split("=", 1)
+        elif a.startswith("--") and len(a) > 2:
+            k = a
+            if i < len(argv) and not argv[i].startswith("--"): v = argv[i]; i += 1
+            else: v = "true"
+        elif i == 1 and a.endswith((".yml", ".yaml")): yml = a; continue
+        else: raise ConfigError(f"argument {a!r} is not key=value")
         out[k.strip().lstrip("-").replace("-", "_")] = v
     return yml, out
 
@@ -181,6 +271,33 @@ def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Pa
 def dump_config(cfg: Config, path):
     "Write the resolved config as YAML (the run folder keeps it next to the checkpoints; `load_config` reads it back)."
     Path(path).write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+
+# %% ../nbs/00_config.ipynb #af3d69af
+def _example(a: Alias, cls: Type[Config]) -> list[str]:
+    "Command-line arguments that use alias `a` of `cls` (its `example`, or the target's default under the alias's name)."
+    if a.example is not None: return a.example.split()
+    v = cls().model_dump()
+    for part in a.to[0].split("."): v = v[part]
+    return [f"{n}={v if isinstance(v, str) else json.dumps(v)}" for n in a.names]
+
+def alias_rows(commands: dict[str, Type[Config]]) -> list[dict]:
+    "One row per Alias declared by the config classes of `commands` (command name → class), with the commands having it."
+    rows = {}
+    for cmd, cls in commands.items():
+        for n, (a, c) in aliases(cls).items():
+            r = rows.setdefault(id(a), dict(alias=a, owner=c, commands=[], cls=cls))
+            if cmd not in r["commands"]: r["commands"].append(cmd)
+    return sorted(rows.values(), key=lambda r: (r["alias"].source, r["alias"].names))
+
+def alias_table(commands: dict[str, Type[Config]]) -> str:
+    "A markdown table of every alias of `commands`' config classes: spelling, maxpost key(s), commands, source, note."
+    out = ["| alias | maxpost key | commands | from | note |", "|---|---|---|---|---|"]
+    for r in alias_rows(commands):
+        a = r["alias"]
+        to = "(the key after the dot)" if a.to == ("*",) else ", ".join(f"`{t}`" for t in a.to)
+        out.append(f"| {', '.join(f'`{n}`' for n in a.names)} | {to} | {', '.join(r['commands'])} | {a.source} | "
+                   f"{a.note.replace('|', '/')} |")
+    return "\n".join(out)
 
 # %% ../nbs/00_config.ipynb #1e7e125b
 def output_dir(base_output_directory: str, run_name: str = "") -> Path:

@@ -6,7 +6,7 @@ Docs: https://maxpost.github.io/maxpost/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #f8e985ed
 from __future__ import annotations
-import hashlib, logging, math, re, time
+import hashlib, json, logging, math, re, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -32,11 +32,12 @@ def _looks_local(s: str) -> bool:
     return s.startswith(("/", "./", "../", "~")) or Path(s).suffix.lower() in _BUILDERS
 
 def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=None, num_rows: int | None = None,
-                     name: str | None = None):
+                     name: str | None = None, data_dir: str | None = None):
     "A `datasets.Dataset` from a local file or folder, a `save_to_disk` folder, or a hub id."
     # path_or_id: .json/.jsonl/.parquet/.csv file, a folder, or a hub id ('openai/gsm8k') / builder name ('json')
     # split: the split to return; data_files: passed to `load_dataset` (hub ids and builder names)
     # num_rows: keep only the first this-many rows; name: the hub dataset's config name ('main' for GSM8K)
+    # data_dir: load_dataset's data_dir (a sub-folder of a hub dataset or local folder)
     import datasets
     s = str(path_or_id); p = Path(s).expanduser()
     if p.is_file():
@@ -49,10 +50,10 @@ def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=No
             if isinstance(ds, datasets.DatasetDict):
                 if split not in ds: raise DataLoadError(f"{s} has splits {list(ds)}, not {split!r}")
                 ds = ds[split]
-        else: ds = datasets.load_dataset(str(p), split=split, data_files=data_files)
+        else: ds = datasets.load_dataset(str(p), name, split=split, data_files=data_files, data_dir=data_dir)
     elif _looks_local(s): raise DataLoadError(f"{s}: no such file or folder")
     else:
-        try: ds = datasets.load_dataset(s, name, split=split, data_files=data_files)
+        try: ds = datasets.load_dataset(s, name, split=split, data_files=data_files, data_dir=data_dir)
         except Exception as e:
             raise DataLoadError(f"could not load {s!r}: it is not a local file or folder, and the Hugging Face hub "
                                 f"did not provide it ({type(e).__name__}: {e}). Without network, pass a local "
@@ -62,7 +63,8 @@ def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=No
 
 # %% ../nbs/04_data.ipynb #f9a75541
 SCHEMAS: dict[str, tuple[str, ...]] = {"messages": ("messages",), "prompt_completion": ("prompt", "completion"),
-                                       "question_answer": ("question", "answer")}
+                                       "question_answer": ("question", "answer"), "text": ("text",)}   # text: TRL's
+# language-modelling rows, trained on every token
 
 class BadRow(ValueError):
     "A row that cannot become a training example; `reason` groups such rows in the `DataReport`."
@@ -78,7 +80,7 @@ def detect_schema(columns: Iterable[str]) -> str:
         if cols & set(need):
             missing = [c for c in need if c not in cols]
             raise ValueError(f"columns {sorted(cols)} look like the {name!r} schema but lack {missing}")
-    raise ValueError(f"no SFT schema fits columns {sorted(cols)}; expected 'messages', 'prompt' + 'completion', or "
+    raise ValueError(f"no SFT schema fits columns {sorted(cols)}; expected 'messages', 'prompt' + 'completion', 'text' or "
                      f"'question' + 'answer' (or pass schema=)")
 
 # %% ../nbs/04_data.ipynb #5fc670ed
@@ -113,6 +115,11 @@ def _chat(msgs, train: bool = True) -> list[dict]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str): raise BadRow("malformed messages")
         d = {k: v for k, v in m.items() if v is not None}  # Arrow fills fields absent from a message with None
         d["content"] = content_text(m.get("content"))
+        for t in d.get("tool_calls") or []:        # arguments as a mapping, as chat templates expect
+            f = t.get("function") if isinstance(t, dict) else None
+            if isinstance(f, dict) and isinstance(f.get("arguments"), str):
+                try: f["arguments"] = json.loads(f["arguments"])
+                except ValueError: pass
         if not train and d["role"] == "assistant": d["train"] = False
         out.append(d)
     return out
@@ -127,6 +134,7 @@ def to_messages(row: dict, schema: str | None = None, prompt_template: str | Cal
     if schema not in SCHEMAS: raise ValueError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
     for c in SCHEMAS[schema]:
         if row.get(c) is None: raise BadRow(f"missing column {c!r}")
+    if schema == "text": return [{"role": "assistant", "content": str(row["text"])}]
     if schema == "messages": msgs = _chat(row["messages"])
     elif schema == "prompt_completion":
         p, c = row["prompt"], row["completion"]
@@ -142,7 +150,7 @@ def to_messages(row: dict, schema: str | None = None, prompt_template: str | Cal
         msgs.append({"role": "assistant", "content": format_answer(a, answer_format)})
     trained = [m for m in msgs if m["role"] == "assistant" and m.get("train", True)]
     if not trained: raise BadRow("no assistant turn")
-    if any(not m["content"].strip() for m in trained): raise BadRow("empty completion")
+    if any(not m["content"].strip() and not m.get("tool_calls") for m in trained): raise BadRow("empty completion")
     return msgs
 
 # %% ../nbs/04_data.ipynb #06d0e772
@@ -258,6 +266,8 @@ class DataReport:
         return s
 
 # %% ../nbs/04_data.ipynb #98d3dd5a
+from .data_sources import raw_text_spans, row_template_kwargs
+
 def _iter_rows(rows, chunk: int):
     "Rows as dicts; a `datasets.Dataset` is read a chunk of columns at a time (row by row access is slow)."
     if not hasattr(rows, "iter"): yield from rows; return
@@ -278,12 +288,13 @@ def _encode(tokenizer, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
 def tokenize_sft(rows, tokenizer, max_target_length: int, schema: str | None = None,
                  prompt_template: str | Callable | None = None, answer_format: str = "gsm8k",
                  overlong: str = "truncate", template_kwargs: dict | None = None,
-                 chunk: int = 2048) -> tuple[list[SFTExample], DataReport]:
+                 chunk: int = 2048, use_chat_template: bool = True) -> tuple[list[SFTExample], DataReport]:
     "Examples (ids + token mask) for `rows` (a `datasets.Dataset` or a list of dicts), and the report of what was skipped."
     # tokenizer: a HF fast tokenizer with a chat template; max_target_length: T, the slots of one packed row
     # schema: one of SCHEMAS, or None to detect from the columns; prompt_template, answer_format: see `to_messages`
     # overlong: 'truncate' (keep prompt + head of the completion) or 'skip' for examples over T slots
     # template_kwargs: extra arguments of apply_chat_template; chunk: rows per tokenizer call
+    # use_chat_template: False, or a tokenizer without one: contents joined as they are (`raw_text_spans`)
     if overlong not in ("truncate", "skip"): raise ValueError(f"overlong must be 'truncate' or 'skip', not {overlong!r}")
     if not getattr(tokenizer, "is_fast", False): raise ValueError("a fast tokenizer is needed (offset mappings)")
     T, kw, t0 = max_target_length, template_kwargs or {}, time.perf_counter()
@@ -291,9 +302,11 @@ def tokenize_sft(rows, tokenizer, max_target_length: int, schema: str | None = N
     schema = schema or detect_schema(cols)
     rep = DataReport(n_rows=len(rows), max_target_length=T)
     texts, spans, idx = [], [], []
+    chat = use_chat_template and bool(getattr(tokenizer, "chat_template", None)) and schema != "text"
     for i, row in enumerate(_iter_rows(rows, chunk)):
         try:
-            text, sp = chat_text_spans(to_messages(row, schema, prompt_template, answer_format), tokenizer, **kw)
+            msgs = to_messages(row, schema, prompt_template, answer_format)
+            text, sp = (chat_text_spans(msgs, tokenizer, **row_template_kwargs(kw, row)) if chat else raw_text_spans(msgs, tokenizer))
         except BadRow as e: rep.skip(e.reason, i); continue
         texts.append(text); spans.append(sp); idx.append(i)
     is_special, examples = _special_lookup(tokenizer), []
@@ -370,13 +383,16 @@ def _fingerprint(examples: Sequence[SFTExample]) -> str:
 class SFTDataIterator:
     "Deterministic, resumable batches of the contract from tokenized examples, packed or one example per row."
     def __init__(self, examples: Sequence[SFTExample], batch_size: int, max_target_length: int, seed: int = 0,
-                 pack: bool = True, num_epochs: int | None = None, return_counts: bool = False):
+                 pack: bool = True, num_epochs: int | None = None, return_counts: bool = False,
+                 rows: Sequence[int] | None = None):
         # examples: from `tokenize_sft` with the same max_target_length; batch_size: B rows per batch
         # pack: several examples per row (first-fit decreasing) or one; num_epochs: None iterates forever
         # return_counts: yield (batch, number of target tokens) instead of the batch
+        # rows: collate only these rows of each batch (this process's share of a global batch); None: all
         if not examples: raise ValueError("no examples to iterate over")
         self.examples, self.B, self.T, self.seed, self.pack = list(examples), batch_size, max_target_length, seed, pack
         self.num_epochs, self.return_counts = num_epochs, return_counts
+        self.rows = None if rows is None else [int(r) for r in rows]
         self.lengths = np.array([e.n_slots for e in self.examples])
         if self.lengths.max() > self.T:
             raise ValueError(f"an example fills {self.lengths.max()} slots > max_target_length={self.T}; tokenize "
@@ -410,7 +426,9 @@ class SFTDataIterator:
     def __next__(self):
         if self.num_epochs is not None and self.epoch >= self.num_epochs: raise StopIteration
         bins = self.epoch_bins(self.epoch)
-        batch = collate(self.examples, bins[self.position * self.B:(self.position + 1) * self.B], self.T, self.B)
+        sel = bins[self.position * self.B:(self.position + 1) * self.B]
+        if self.rows is None: batch = collate(self.examples, sel, self.T, self.B)
+        else: batch = collate(self.examples, [sel[r] if r < len(sel) else [] for r in self.rows], self.T, len(self.rows))
         self.position += 1
         if self.position * self.B >= len(bins): self.epoch, self.position = self.epoch + 1, 0
         self.last_num_target_tokens = int(batch["loss_mask"].sum())
@@ -447,5 +465,11 @@ def load_sft_examples(tokenizer, max_target_length: int, path_or_id: str | None 
     if path_or_id is None:
         ds = default_sft_dataset(split, num_rows, kw.pop("answer_format", "gsm8k"), kw.pop("prompt_template", None),
                                  kw.pop("dataset", "gsm8k"))
-    else: ds = load_sft_dataset(path_or_id, split, num_rows=num_rows, data_files=kw.pop("data_files", None))
+    else:
+        src = {k: kw.pop(k, None) for k in ("data_files", "name", "data_dir")}
+        ds = load_sft_dataset(path_or_id, split, num_rows=num_rows, **src)
+        if kw.get("columns"):
+            from maxpost.data_sources import select_columns
+            ds = select_columns(ds, kw["columns"], kw.get("columns_key", "train_data_columns"))
+    for k in ("data_files", "name", "data_dir", "columns", "columns_key"): kw.pop(k, None)
     return tokenize_sft(ds, tokenizer, max_target_length, **kw)

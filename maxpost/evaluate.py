@@ -13,9 +13,11 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from .config import Config, ConfigError, dump_config, load_config, output_dir, run_cli
+from .config import Config, ConfigError, alias, dump_config, load_config, output_dir, run_cli
+from .distributed import DistributedKeys, gather_json, initialize, is_main_process
 from .engine import ENGINES, SamplingParams, check_engine, load_tokenizer, make_engine
-from .metrics import format_summary, read_jsonl, summarize, write_jsonl
+from .metrics import bootstrap_ci, format_summary, read_jsonl, summarize, write_jsonl
+from .data_sources import prompt_messages
 from .model import PRESETS, Decoder
 from .rewards.answers import extract_answer, is_correct
 from .rewards.gsm8k import (PROMPT_TEMPLATES, QA_DATASETS, build_prompt, format_gold, format_ok, load_gsm8k,
@@ -34,23 +36,24 @@ def load_dataset(name: str, split: str = "test") -> list[dict]:
     return load_qa_dataset(name, split)
 
 # %% ../nbs/08b_evaluate.ipynb #a7bb4a32
-class EvalConfig(Config):
+class EvalConfig(DistributedKeys):
     "python -m maxpost.evaluate load_parameters_path=… dataset=gsm8k eval_mode=pass_at_1|pass|maj …"
     model_name: Literal[("",) + tuple(PRESETS)] = ""  # a preset; when set, the checkpoint is checked against it
     load_parameters_path: str = ""            # a maxpost checkpoint folder or an HF model folder
     tokenizer_path: str = ""                  # default: the checkpoint's tokenizer/ (or the HF folder)
     dataset: Literal[tuple(DATASETS)] = "gsm8k"
-    split: Literal["train", "test"] = "test"
+    eval_split: Literal["train", "test"] = "test"
     eval_mode: Literal[EVAL_MODES] = "pass_at_1"  # pass_at_1 | pass | maj
     num_eval_passes: int = Field(1, ge=1)     # K: samples per problem for pass / maj
     num_eval_examples: int | None = Field(None, ge=1)  # evaluate the first N problems only; None = all
-    template: Literal[tuple(PROMPT_TEMPLATES)] = "maxtext_gsm8k"
+    prompt_template: Literal[tuple(PROMPT_TEMPLATES)] = "maxtext_gsm8k"
     few_shot: int = Field(0, ge=0)            # solved train examples put before the question
     rollout_engine: Literal[ENGINES] = "native"
-    temperature: float | None = Field(None, ge=0, allow_inf_nan=False)  # None: 0 (greedy) for pass_at_1, 1.0 for pass / maj
-    top_k: int = Field(0, ge=0)               # 0 = no limit
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(512, ge=1)        # completion tokens per sample
+    decode_sampling_temperature: float | None = Field(None, ge=0, allow_inf_nan=False)  # None: 0 (greedy) for
+    # pass_at_1, 1.0 for pass / maj
+    decode_sampling_top_k: int = Field(0, ge=0)        # 0 = no limit
+    decode_sampling_nucleus_p: float = Field(1.0, gt=0, le=1)
+    max_completion_length: int = Field(512, ge=1)      # completion tokens per sample
     seed: int = Field(0, ge=0, lt=2**32)
     batch_size: int = Field(64, ge=1)         # sequences (problems × K) per engine call
     max_prefill_length: int = Field(2048, ge=1)  # longest prompt the engine accepts
@@ -58,6 +61,12 @@ class EvalConfig(Config):
     fallback_last_number: bool = False        # when no tagged answer is found, take the last number in the text
     base_output_directory: str = ""
     run_name: str = ""
+    key_aliases = (alias("split", "eval_split", source="maxpost (before)"),
+                   alias("template", "prompt_template", source="maxpost (before)"),
+                   alias("temperature", "decode_sampling_temperature", source="maxpost (before)"),
+                   alias("top_k", "decode_sampling_top_k", source="maxpost (before)"),
+                   alias("top_p", "decode_sampling_nucleus_p", source="maxpost (before)"),
+                   alias("max_tokens", "max_completion_length", source="maxpost (before)"))
 
     @model_validator(mode="after")
     def _combination(self):
@@ -67,17 +76,17 @@ class EvalConfig(Config):
             raise ConfigError(f"eval_mode=pass_at_1 draws one greedy sample per problem; for num_eval_passes={K} use "
                               f"eval_mode=pass (pass@k) or eval_mode=maj (maj@k)", key="num_eval_passes")
         if self.sampling_temperature == 0 and K > 1:
-            raise ConfigError(f"eval_mode={self.eval_mode} with temperature=0: the {K} greedy samples would be "
-                              f"identical; set temperature > 0", key="temperature")
-        if self.model_name and self.max_tokens >= PRESETS[self.model_name].max_position_embeddings:
-            raise ConfigError(f"max_tokens={self.max_tokens} leaves no room for a prompt in {self.model_name}'s "
-                              f"{PRESETS[self.model_name].max_position_embeddings} positions", key="max_tokens")
+            raise ConfigError(f"eval_mode={self.eval_mode} with decode_sampling_temperature=0: the {K} greedy samples would be "
+                              f"identical; set decode_sampling_temperature > 0", key="decode_sampling_temperature")
+        if self.model_name and self.max_completion_length >= PRESETS[self.model_name].max_position_embeddings:
+            raise ConfigError(f"max_completion_length={self.max_completion_length} leaves no room for a prompt in {self.model_name}'s "
+                              f"{PRESETS[self.model_name].max_position_embeddings} positions", key="max_completion_length")
         return self
 
     @property
     def sampling_temperature(self) -> float:
         "The temperature used: `temperature`, or its default for the mode."
-        if self.temperature is not None: return float(self.temperature)
+        if self.decode_sampling_temperature is not None: return float(self.decode_sampling_temperature)
         return 0.0 if self.eval_mode == "pass_at_1" else 1.0
 
     @property
@@ -103,11 +112,11 @@ def score_results(row: dict, results: list, template: str, fallback_last_number:
                 finish_reasons=[r.finish_reason for r in results])
 
 def render_prompts(rows: Sequence[dict], tokenizer, cfg: EvalConfig) -> list[tuple[str, list[int]]]:
-    "Each row's question in `cfg.template` (with `cfg.few_shot` solved examples) through the chat template: (text, ids)."
+    "Each row's question in `cfg.prompt_template` (with `cfg.few_shot` solved examples) through the chat template: (text, ids)."
     shots = load_gsm8k("train", cfg.few_shot) if cfg.few_shot else None
     out = []
     for r in rows:
-        msgs = build_prompt(r["question"], cfg.template, cfg.few_shot, few_shot_examples=shots)
+        msgs = prompt_messages(r["question"], cfg.prompt_template, cfg.few_shot, few_shot_examples=shots)   # a list: as is
         text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         out.append((text, list(tokenizer.encode(text, add_special_tokens=False))))
     return out
@@ -135,45 +144,55 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
     if n_available == 0: raise ValueError("no dataset rows to evaluate")
     rows = list(dataset_rows)[:cfg.num_eval_examples] if cfg.num_eval_examples else list(dataset_rows)
     prompts = render_prompts(rows, tokenizer, cfg)
-    sp = SamplingParams(temperature=cfg.sampling_temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                        max_tokens=cfg.max_tokens, n=K, seed=cfg.seed)
+    sp = SamplingParams(temperature=cfg.sampling_temperature, top_k=cfg.decode_sampling_top_k, top_p=cfg.decode_sampling_nucleus_p,
+                        max_tokens=cfg.max_completion_length, n=K, seed=cfg.seed)
     order = sorted(range(len(rows)), key=lambda i: -len(prompts[i][1]))     # longest first: the slowest batch compiles first
     per_call = max(1, cfg.batch_size // K)
     records: list[dict | None] = [None] * len(rows)
+    import jax
+    P, me = jax.process_count(), jax.process_index()
+    calls = [order[s:s + per_call] for s in range(0, len(order), per_call)]
+    mine = calls[me::P]             # several processes: each takes every P-th engine call of the one-process plan
     bar = None
-    if progress:
+    if progress and me == 0:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(rows), unit="problem", desc=f"{cfg.dataset} {cfg.eval_mode}")
+        bar = tqdm(total=sum(len(c) for c in mine), unit="problem", desc=f"{cfg.dataset} {cfg.eval_mode}")
     t0, ntok = time.perf_counter(), 0
-    for start in range(0, len(order), per_call):
-        idx = order[start:start + per_call]
+    for idx in mine:
         results = engine.generate([prompts[i][1] for i in idx], sp, stream_ids=idx)   # each problem's own stream
         for j, i in enumerate(idx):
             mine = results[j * K:(j + 1) * K]
             ntok += sum(len(r.token_ids) for r in mine)
-            records[i] = dict(index=i, question=rows[i]["question"], prompt=prompts[i][0], template=cfg.template,
-                              **score_results(rows[i], mine, cfg.template, cfg.fallback_last_number))
+            records[i] = dict(index=i, question=rows[i]["question"], prompt=prompts[i][0], template=cfg.prompt_template,
+                              **score_results(rows[i], mine, cfg.prompt_template, cfg.fallback_last_number))
         if bar is not None: bar.update(len(idx))
     if bar is not None: bar.close()
+    if P > 1:                                          # every process gets every record, in problem order
+        from maxpost.metrics import _json_default       # each record as the JSONL line it becomes (key order kept)
+        got = gather_json({"records": [json.dumps(r, ensure_ascii=False, default=_json_default)
+                                       for r in records if r is not None], "tokens": ntok})
+        ntok = sum(g["tokens"] for g in got)
+        for r in (json.loads(line) for g in got for line in g["records"]): records[r["index"]] = r
     seconds = time.perf_counter() - t0
     summary = summarize(records)
-    summary["eval"] = dict(dataset=cfg.dataset, split=cfg.split, eval_mode=cfg.eval_mode, k=K,
-                           headline=cfg.headline_metric, temperature=cfg.sampling_temperature, top_k=cfg.top_k,
-                           top_p=cfg.top_p, max_tokens=cfg.max_tokens, template=cfg.template, few_shot=cfg.few_shot,
+    summary["eval"] = dict(dataset=cfg.dataset, split=cfg.eval_split, eval_mode=cfg.eval_mode, k=K,
+                           headline=cfg.headline_metric, temperature=cfg.sampling_temperature, top_k=cfg.decode_sampling_top_k,
+                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length, template=cfg.prompt_template, few_shot=cfg.few_shot,
                            seed=cfg.seed, n_available=n_available, n_evaluated=len(rows),
                            engine=type(engine).__name__, seconds=seconds, tokens=ntok,
                            tokens_per_s=ntok / max(seconds, 1e-9))
-    if out_dir is not None:
+    if out_dir is not None and is_main_process():     # process 0 alone writes
         out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
         write_jsonl(records, out / "completions.jsonl")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, records
 
 # %% ../nbs/08b_evaluate.ipynb #c12305a3
-def compare_runs(a, b) -> dict:
+def compare_runs(a, b, n_boot: int = 1000, seed: int = 0) -> dict:
     """Agreement of two runs over the same problems: records (lists of dicts) or paths of `completions.jsonl`.
     Returns n_problems, n_pairs and the shares `identical`, `common_prefix`, `same_answer`, `same_correct`, plus
-    each run's accuracy over the pairs (`accuracy_a`, `accuracy_b`)."""
+    each run's accuracy over the pairs (`accuracy_a`, `accuracy_b`) and `accuracy_difference` (b - a, per-problem
+    accuracy paired by problem, with its 95% bootstrap interval over problems: {'value', 'ci'})."""
     a, b = [read_jsonl(x) if isinstance(x, (str, Path)) else list(x) for x in (a, b)]
     ia, ib = [r["index"] for r in a], [r["index"] for r in b]
     if ia != ib: raise ValueError(f"the runs cover different problems: {ia[:5]}… vs {ib[:5]}…")
@@ -186,10 +205,13 @@ def compare_runs(a, b) -> dict:
     prefix = [1.0 if x == y else len(os.path.commonprefix((x, y))) / max(len(x), len(y)) for x, y in zip(ta, tb)]
     ca, cb = flat(a, "correct"), flat(b, "correct")
     share = lambda xs: float(np.mean(xs))
+    d = np.array([np.mean(rb["correct"]) - np.mean(ra["correct"]) for ra, rb in zip(a, b)], np.float64)   # [P]
+    diff = dict(value=float(d.mean()), ci=[float(x) for x in bootstrap_ci(d, n_boot=n_boot, seed=seed)])
     return dict(n_problems=len(a), n_pairs=len(ta), identical=share([x == y for x, y in zip(ta, tb)]),
                 common_prefix=share(prefix),
                 same_answer=share([x == y for x, y in zip(flat(a, "answers"), flat(b, "answers"))]),
-                same_correct=share([x == y for x, y in zip(ca, cb)]), accuracy_a=share(ca), accuracy_b=share(cb))
+                same_correct=share([x == y for x, y in zip(ca, cb)]), accuracy_a=share(ca), accuracy_b=share(cb),
+                accuracy_difference=diff)
 
 
 # %% ../nbs/08b_evaluate.ipynb #959d01cb
@@ -202,14 +224,15 @@ def main(argv=None):
         if not Path(cfg.load_parameters_path).exists():
             raise ConfigError(f"load_parameters_path {cfg.load_parameters_path} does not exist")
         check_engine(cfg.rollout_engine)
-        rows = load_dataset(cfg.dataset, cfg.split)
+        initialize(cfg)                        # a multi-process run: problems are shared out over the processes
+        rows = load_dataset(cfg.dataset, cfg.eval_split)
         tokenizer = load_tokenizer(cfg.tokenizer_path or cfg.load_parameters_path)
         if cfg.rollout_engine == "native":     # a prompt too long for the engine: say so before the model loads
             rows_used = rows[:cfg.num_eval_examples] if cfg.num_eval_examples else rows
             longest = max(len(ids) for _, ids in render_prompts(rows_used, tokenizer, cfg))
             if longest > cfg.max_prefill_length:
                 raise ConfigError(f"max_prefill_length={cfg.max_prefill_length} is too short: the longest prompt has {longest} "
-                                  f"tokens (template={cfg.template}, few_shot={cfg.few_shot}); raise it, or use fewer "
+                                  f"tokens (template={cfg.prompt_template}, few_shot={cfg.few_shot}); raise it, or use fewer "
                                   f"few-shot examples", key="max_prefill_length")
         import jax.numpy as jnp
         dtype = jnp.float32 if cfg.dtype == "float32" else jnp.bfloat16
@@ -217,10 +240,10 @@ def main(argv=None):
             if cfg.rollout_engine == "native" else {}
         engine = make_engine(cfg.rollout_engine, cfg.load_parameters_path, tokenizer, dtype=dtype,
                              model_name=cfg.model_name or None, **extra)
-        out.mkdir(parents=True, exist_ok=True)
-        dump_config(cfg, out / "config.yml")
+        if is_main_process(): out.mkdir(parents=True, exist_ok=True); dump_config(cfg, out / "config.yml")
         return evaluate(engine, tokenizer, rows, cfg, out_dir=out)
     summary, records = run_cli(go)
+    if not is_main_process(): return summary
     print(format_summary(summary))
     print(headline(summary))
     print(f"wrote {output_dir(cfg.base_output_directory, cfg.run_name)}/{{completions.jsonl,summary.json,config.yml}}")

@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/loop.html.md"""
 
 # %% ../nbs/04b_loop.ipynb #9637d118
 from __future__ import annotations
-import json, math, resource, sys, time
+import fcntl, json, math, os, resource, sys, time
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Sequence
 
@@ -16,9 +16,10 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from .config import Config, ConfigError, dump_config, output_dir, Finite, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from .config import Config, ConfigError, alias, dump_config, output_dir, Finite, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from .distributed import DistributedKeys, gather_json, is_main_process
 
 # %% auto #0
 __all__ = ['Dtype', 'Beta', 'ModelKeys', 'MeshKeys', 'RunKeys', 'OptimizerKeys', 'lr_schedule', 'make_optimizer',
@@ -37,22 +38,44 @@ class ModelKeys(Config):
     dtype: Dtype = "float32"                    # compute dtype (activations, matmul inputs)
     weight_dtype: Dtype = "float32"             # stored dtype of the weights (master copy)
     remat_policy: Literal["none", "full"] = "none"   # full: recompute each layer in the backward pass
+    hf_access_token: str = Field("", exclude=True, repr=False)   # a Hugging Face token for hub downloads (set as
+    # HF_TOKEN, unless already set); never written to config.yml
+    key_aliases = (alias("model_name_or_path", ("load_parameters_path", "model_name"),
+                         lambda model_name_or_path: {"load_parameters_path": model_name_or_path, "model_name": ""},
+                         source="TRL", note="the model's shape is read from the checkpoint (model_name empty)",
+                         example="model_name_or_path="),)
 
-class MeshKeys(Config):
-    "The device mesh: fsdp × tensor (maxpost.sharding)."
+    @field_validator("hf_access_token")
+    @classmethod
+    def _token(cls, v):
+        if v: os.environ.setdefault("HF_TOKEN", v)
+        return v
+
+class MeshKeys(DistributedKeys):
+    "The device mesh: data × fsdp × tensor (maxpost.sharding), across the processes of `DistributedKeys`."
     ici_fsdp_parallelism: Annotated[int, Field(ge=-1)] = -1   # -1: all devices left over by the tensor axis
     ici_tensor_parallelism: PosInt = 1
-    chips_per_vm: NonNegInt = 0                 # devices to use; 0: all of jax.devices()
+    dcn_data_parallelism: Annotated[int, Field(ge=-1)] = -1   # across processes (hosts); -1: all processes left over
+    dcn_fsdp_parallelism: Annotated[int, Field(ge=-1)] = 1    # fsdp across processes too (fsdp = dcn × ici)
+    chips_per_vm: NonNegInt = 0                 # devices to use per process; 0: all of jax.local_devices()
 
     def mesh(self):
-        "The mesh of these keys over the first `chips_per_vm` devices (all when 0)."
+        "The mesh of these keys over the first `chips_per_vm` devices of each process (all when 0)."
         from maxpost.sharding import make_mesh
-        n = jax.device_count()
+        n = jax.local_device_count()
         if self.chips_per_vm > n:
-            raise ConfigError(f"chips_per_vm={self.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})",
-                              key="chips_per_vm")
-        return make_mesh(self.ici_fsdp_parallelism, self.ici_tensor_parallelism,
-                         jax.devices()[:self.chips_per_vm] if self.chips_per_vm else None)
+            raise ConfigError(f"chips_per_vm={self.chips_per_vm} but jax sees {n} device(s) per process "
+                              f"({jax.default_backend()})", key="chips_per_vm")
+        devs = jax.devices()
+        if self.chips_per_vm:
+            devs = [d for p in range(jax.process_count())
+                    for d in sorted((d for d in devs if d.process_index == p), key=lambda d: d.id)[:self.chips_per_vm]]
+        try: return make_mesh(self.ici_fsdp_parallelism, self.ici_tensor_parallelism, devs,
+                              self.dcn_data_parallelism, self.dcn_fsdp_parallelism)
+        except ValueError as e:
+            raise ConfigError(f"{e} ({jax.process_count()} process(es) × {len(devs) // jax.process_count()} "
+                              f"device(s) = {len(devs)} devices)",
+                              key="dcn_data_parallelism" if "dcn" in str(e) else "ici_fsdp_parallelism") from e
 
 class RunKeys(Config):
     "Where a run writes, how long it runs, and what it keeps."
@@ -66,6 +89,13 @@ class RunKeys(Config):
     async_checkpointing: bool = True
     save_model: bool = True                     # write a maxpost checkpoint of the final weights to run_dir/model
     enable_tqdm: bool = True
+    log_period: PosInt = 100                    # steps between TensorBoard flushes (MaxText's meaning)
+    profiler: Literal["off", "", "xplane"] = "off"   # xplane: a JAX profiler trace in run_dir/profile ("" = off, MaxText's)
+    skip_first_n_steps_for_profiler: NonNegInt = 1    # steps (of this process) before the trace starts: the compile
+    profiler_steps: PosInt = 5                  # steps traced
+    key_aliases = (alias("max_num_checkpoints_to_keep", "checkpoint_max_to_keep"),
+                   alias("output_dir", "base_output_directory", source="TRL", example="output_dir=/tmp/out"),
+                   alias("max_steps", "steps", source="TRL"))
 
 class OptimizerKeys(Config):
     "AdamW with global-norm clipping, linear warmup and cosine decay (MaxText's names)."
@@ -78,6 +108,8 @@ class OptimizerKeys(Config):
     adam_eps: PosFloat = 1e-8
     adam_weight_decay: NonNegFloat = 0.1
     gradient_clipping_threshold: NonNegFloat = 1.0   # 0: no clipping
+    key_aliases = (alias("learning_rate_final_fraction", "cosine_learning_rate_final_fraction",
+                         note="MaxText's name since 2026; the old one stays"),)
 
     def optimizer(self, steps: int):
         "`make_optimizer` with these keys, for a schedule of `steps` optimizer updates: (transformation, schedule)."
@@ -176,14 +208,47 @@ class RunLoop:
         self.cfg, self.state, self.data, self.desc = cfg, state, data, desc
         self.postfix, self.finite = tuple(postfix), tuple(finite)
         self.run_dir = Path(run_dir if run_dir is not None else output_dir(cfg.base_output_directory, cfg.run_name)).absolute()
+        self.main = is_main_process()               # only process 0 writes config, metrics and TensorBoard
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(cfg, self.run_dir / "config.yml")
+        self._lock = None
+        self._take_lock()
+        if self.main: dump_config(cfg, self.run_dir / "config.yml")
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.mngr, self.writer, self.start, self._restored = None, None, 0, False
         if cfg.enable_checkpointing:
             opts = ocp.CheckpointManagerOptions(max_to_keep=cfg.checkpoint_max_to_keep, create=True,
                                                 enable_async_checkpointing=cfg.async_checkpointing)
             self.mngr = ocp.CheckpointManager(self.run_dir / "checkpoints", options=opts)
+
+    def _take_lock(self):
+        "Hold run_dir/run.lock (flock, released when this process dies): a second run on this folder fails here."
+        err = ""
+        if self.main:
+            path = self.run_dir / "run.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.ftruncate(fd, 0); os.write(fd, f"{os.getpid()}\n".encode()); self._lock = (fd, path)
+            except OSError:
+                other = os.pread(fd, 32, 0).decode().strip(); os.close(fd)
+                err = (f"{self.run_dir} is in use by another run (pid {other or '?'} holds {path.name}); "
+                       f"give this run another run_name, or stop the other one")
+        err = gather_json(err)[0]                   # every process stops, not only process 0
+        if err: raise ConfigError(err, key="run_name")
+
+    def _data_state(self) -> dict:
+        "The data position to save: this process's, or with several processes every process's (in order)."
+        states = gather_json(self.data.state_dict())
+        return states[0] if len(states) == 1 else {"process_states": states}
+
+    def _load_data_state(self, d: dict):
+        if "process_states" in d:
+            states, me, n = d["process_states"], jax.process_index(), jax.process_count()
+            if len(states) != n and any(s != states[0] for s in states):
+                raise ValueError(f"the checkpoint holds the data positions of {len(states)} processes that differ; "
+                                 f"this run has {n} processes")
+            d = states[me] if len(states) == n else states[0]
+        self.data.load_state_dict(d)
 
     def _args(self, restore: bool):
         import orbax.checkpoint as ocp
@@ -194,7 +259,7 @@ class RunLoop:
             if self.data is not None: parts["data"] = ocp.args.JsonRestore()
         else:
             parts = {"state": ocp.args.StandardSave(self.state)}
-            if self.data is not None: parts["data"] = ocp.args.JsonSave(self.data.state_dict())
+            if self.data is not None: parts["data"] = ocp.args.JsonSave(self._data_state())
         return ocp.args.Composite(**parts)
 
     def restore(self) -> int:
@@ -204,9 +269,10 @@ class RunLoop:
             self.start = self.mngr.latest_step()
             got = self.mngr.restore(self.start, args=self._args(restore=True))
             self.state = got["state"]
-            if self.data is not None: self.data.load_state_dict(got["data"])
-            print(f"resumed from step {self.start} of {self.run_dir / 'checkpoints'}", file=sys.stderr)
-        if self.start: keep_metrics_until(self.metrics_path, self.start)
+            if self.data is not None: self._load_data_state(got["data"])
+            if self.main: print(f"resumed from step {self.start} of {self.run_dir / 'checkpoints'}", file=sys.stderr)
+        if not self.main: pass
+        elif self.start: keep_metrics_until(self.metrics_path, self.start)
         elif self.metrics_path.exists(): self.metrics_path.unlink()
         return self.start
 
@@ -222,7 +288,8 @@ class RunLoop:
         return self.writer
 
     def log_scalars(self, step: int, metrics: dict):
-        "Write the scalars of `metrics` to TensorBoard at `step`."
+        "Write the scalars of `metrics` to TensorBoard at `step` (process 0 only)."
+        if not self.main: return
         w = self._tb()
         for k, v in _scalars(metrics).items():
             if k != "step": w.add_scalar(_tb_name(k), v, step)
@@ -230,7 +297,7 @@ class RunLoop:
     def _check_finite(self, step: int, rec: dict, mf):
         bad = {k: rec[k] for k in self.finite if isinstance(rec.get(k), (int, float)) and not math.isfinite(rec[k])}
         if not bad: return
-        mf.write(json.dumps(rec) + "\n"); mf.flush()
+        if mf is not None: mf.write(json.dumps(rec) + "\n"); mf.flush()
         if self.mngr is not None: self.mngr.wait_until_finished()
         saved = self.mngr.latest_step() if self.mngr is not None else None
         what = ", ".join(f"{k} is {v}" for k, v in bad.items())
@@ -247,12 +314,13 @@ class RunLoop:
         try:
             if eval_fn is not None and eval_at_start and start == 0:
                 eval_initial = _scalars(eval_fn(self.state, 0)); self.log_scalars(0, eval_initial)
-            bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.enable_tqdm,
+            bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (cfg.enable_tqdm and self.main),
                        desc=self.desc, dynamic_ncols=True)
             t_start = time.perf_counter()
-            with open(self.metrics_path, "a") as mf:
+            with (open(self.metrics_path, "a") if self.main else open(os.devnull, "w")) as mf:
                 for s in bar:
                     step, t0 = s + 1, time.perf_counter()
+                    self._profile(step)
                     state, m = step_fn(self.state, step)
                     m = {k: _plain(v) for k, v in jax.device_get(m).items()}   # waits for the step
                     dt = time.perf_counter() - t0
@@ -262,6 +330,7 @@ class RunLoop:
                     self.state = state
                     self._check_finite(step, rec, mf)
                     over = cfg.max_train_seconds > 0 and time.perf_counter() - t_start > cfg.max_train_seconds
+                    if cfg.max_train_seconds > 0 and jax.process_count() > 1: over = gather_json(over)[0]  # process 0's clock
                     final = step == cfg.steps or over
                     if eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0)):
                         rec |= {k: _plain(v) for k, v in eval_fn(self.state, step).items()}
@@ -269,6 +338,7 @@ class RunLoop:
                     if s > start: times.append(dt); rates.append(rec.get("tokens_per_s"))  # the first step compiles
                     mf.write(json.dumps(rec) + "\n"); mf.flush()
                     self.log_scalars(step, rec)
+                    if step % cfg.log_period == 0: self.writer.flush()
                     bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
                     if final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0): self.save(step)
                     last = rec
@@ -287,10 +357,24 @@ class RunLoop:
         return int(jax.device_get(self.state["step"])) if isinstance(self.state, dict) and "step" in self.state \
             else self.start
 
+    def _profile(self, step: int):
+        "profiler=xplane: start a JAX trace before step start+skip+1, stop it after profiler_steps steps."
+        cfg, first = self.cfg, self.start + self.cfg.skip_first_n_steps_for_profiler + 1
+        if cfg.profiler != "xplane": return
+        if step == first: jax.profiler.start_trace(str(self.run_dir / "profile")); self._tracing = True
+        elif step == first + cfg.profiler_steps and getattr(self, "_tracing", False): self._stop_trace()
+
+    def _stop_trace(self):
+        if getattr(self, "_tracing", False): self._tracing = False; jax.profiler.stop_trace()
+
     def close(self):
-        "Flush TensorBoard and let pending checkpoints finish (idempotent)."
+        "Flush TensorBoard, stop a profiler trace, and let pending checkpoints finish (idempotent)."
+        self._stop_trace()
         if self.writer is not None: self.writer.close(); self.writer = None
         if self.mngr is not None: self.mngr.wait_until_finished(); self.mngr.close(); self.mngr = None
+        if self._lock is not None:
+            fd, path = self._lock; self._lock = None
+            path.unlink(missing_ok=True); os.close(fd)     # unlink first: a waiting run then locks a fresh file
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()

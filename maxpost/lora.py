@@ -8,16 +8,22 @@ Docs: https://maxpost.github.io/maxpost/lora.html.md"""
 # %% ../nbs/05a_lora.ipynb #c10514d8
 from __future__ import annotations
 import math, re
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 from pydantic import field_validator
 
-from .config import Config, ConfigError, PosFloat, PosInt
-from .model import ModelConfig, PARAM_AXES, param_shapes
+from .config import Config, ConfigError, PosFloat, PosInt, alias
+from .model import Decoder, ModelConfig, PARAM_AXES, param_shapes
+from .sharding import named_sharding, tree_shardings
 
 # %% auto #0
-__all__ = ['LORA_IN_AXES', 'lora_targets', 'LoRAKeys', 'lora_shapes', 'lora_axes', 'init_lora', 'lora_terms', 'merge_lora']
+__all__ = ['LORA_IN_AXES', 'lora_targets', 'LoRAKeys', 'lora_shapes', 'lora_axes', 'init_lora', 'lora_terms', 'merge_lora',
+           'TrainerWeights', 'trainer_weights']
 
 # %% ../nbs/05a_lora.ipynb #828f8fd4
 LORA_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1}  # contracted axes after 'layers'
@@ -37,6 +43,10 @@ class LoRAKeys(Config):
     lora_rank: PosInt = 16
     lora_alpha: PosFloat = 32.0                 # the update is (lora_alpha / lora_rank) · A B
     lora_module_path: str = "wq|wk|wv|wo|w_gate|w_up|w_down"   # regex over layer weight names
+    key_aliases = (alias("lora.*", "*", note="MaxText's `lora:` section: `lora.lora_rank=8`, or `lora: {lora_rank: 8}`",
+                         example="lora.lora_rank=8"),
+                   alias("enable_lora", "use_lora"),
+                   alias("use_peft", "use_lora", source="TRL"), alias("lora_r", "lora_rank", source="TRL"))
 
     @field_validator("lora_module_path")
     @classmethod
@@ -86,3 +96,33 @@ def merge_lora(params: dict, lora: dict, scale: float) -> dict:
         delta = jnp.einsum("lir,lro->lio", a2, b2).reshape(params[k].shape) * scale
         out[k] = (jnp.asarray(params[k], jnp.float32) + delta).astype(jnp.asarray(params[k]).dtype)
     return out
+
+# %% ../nbs/05a_lora.ipynb #3c200bf5
+@dataclass
+class TrainerWeights:
+    "The model graph, the placed base weights, and the trained params' names, shardings and abstract shapes."
+    graphdef: Any                # nnx graph of the Decoder (merge with weights to call it)
+    base: dict                   # name → base weight in the weight dtype, on `base_sh`
+    base_sh: dict                # name → NamedSharding of the base weights
+    lora_names: list             # LoRA targets ([] under full fine-tuning)
+    param_sh: dict               # shardings of the trained params: LoRA factors, or `base_sh`
+    abs_params: Any              # ShapeDtypeStructs of the trained params
+
+def trainer_weights(cfg, mcfg: ModelConfig, base_params: dict, mesh, dtype, param_dtype) -> TrainerWeights:
+    "Graph, placed base weights and trained-param shardings for `cfg`'s ModelKeys + LoRAKeys on `mesh`."
+    abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=dtype, param_dtype=param_dtype,
+                                              remat=cfg.remat_policy == "full"))
+    graphdef, _ = nnx.split(abstract)
+    shapes = param_shapes(mcfg)
+    missing = set(shapes) - set(base_params)
+    if missing: raise ValueError(f"base params lack {sorted(missing)}")
+    base_sh = tree_shardings(mesh, PARAM_AXES, shapes)
+    base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(param_dtype)), base_sh[k]) for k in shapes}
+    if not cfg.use_lora:
+        return TrainerWeights(graphdef, base, base_sh, [], base_sh,
+                              jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base))
+    names = lora_targets(cfg.lora_module_path)
+    ax, ls = lora_axes(names), lora_shapes(mcfg, cfg.lora_rank, names)
+    param_sh = {k: {p: named_sharding(mesh, ax[k][p], ls[k][p]) for p in ("a", "b")} for k in ls}
+    abs_params = jax.eval_shape(lambda key: init_lora(mcfg, cfg.lora_rank, names, key), jax.random.key(0))
+    return TrainerWeights(graphdef, base, base_sh, names, param_sh, abs_params)

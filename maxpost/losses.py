@@ -20,9 +20,10 @@ from .config import Finite, NonNegFloat, PosFloat, PosInt
 
 # %% auto #0
 __all__ = ['LossAlgo', 'LossAggMode', 'AdvantageMethod', 'KLMethod', 'LOSS_ALGOS', 'LOSS_AGG_MODES', 'ADVANTAGE_METHODS',
-           'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'LOSS_PRESETS',
-           'group_advantages', 'informative_groups', 'kl_penalty', 'aggregate_loss', 'policy_loss', 'overlong_penalty',
-           'LossConfig', 'loss_preset', 'resolve_loss_config']
+           'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'IS_MODES',
+           'LOSS_PRESETS', 'group_advantages', 'informative_groups', 'kl_penalty', 'aggregate_loss', 'policy_loss',
+           'rollout_mismatch', 'rollout_is_weights', 'overlong_penalty', 'LossConfig', 'loss_preset',
+           'resolve_loss_config']
 
 # %% ../nbs/09_losses.ipynb #1582f615
 LossAlgo = Literal["grpo", "gspo", "gspo-token"]    # token ratio | sequence ratio | sequence ratio, token gradients
@@ -133,6 +134,7 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
                 epsilon_high: float | None = None,  # upper clip; None: epsilon (grpo), 4e-4 (gspo*)
                 loss_agg_mode: str | None = None,   # None: 'sequence-mean-token-mean'
                 max_completion_length: int | None = None,  # L_max for 'sequence-mean-token-sum-norm'
+                is_weights=None,              # [B, T] or [B, 1] rollout-correction weights (constants); None: 1
                 ) -> tuple[jax.Array, dict]:  # scalar float32 loss, metrics of scalars
     "Clipped surrogate loss (to minimise) of GRPO/DAPO/Dr.GRPO or GSPO/GSPO-token, and clip/ratio metrics."
     _check_choice("loss_algo", loss_algo, LOSS_ALGOS)
@@ -167,6 +169,9 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
         n = w.sum(-1)                                                        # [B]
         s = jnp.exp(jnp.clip(log_ratio.sum(-1) / jnp.maximum(n, 1.0), -LOG_RATIO_CLIP, LOG_RATIO_CLIP))  # [B]
         per_seq = jnp.maximum(-adv * s, -adv * jnp.clip(s, lo, hi))          # [B]
+        if is_weights is not None:                                           # a sequence's mean weight
+            iw = jnp.broadcast_to(jax.lax.stop_gradient(jnp.asarray(is_weights, jnp.float32)), w.shape)
+            per_seq = per_seq * (iw * w).sum(-1) / jnp.maximum(n, 1.0)
         loss = jnp.where(n > 0, per_seq, 0.0).mean()
         ratio, a, sw = s, adv, (n > 0).astype(jnp.float32)
     else:
@@ -179,11 +184,44 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
             ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))  # [B, T]
         a = adv[:, None] if adv.ndim == 1 else adv                           # [B, 1] or [B, T]
         per_tok = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, lo, hi))      # [B, T]
+        if is_weights is not None: per_tok = per_tok * jax.lax.stop_gradient(jnp.asarray(is_weights, jnp.float32))
         loss = aggregate_loss(per_tok, valid, loss_agg_mode, max_completion_length)
         a, sw = jnp.broadcast_to(a, ratio.shape), w
     ratio = jax.lax.stop_gradient(ratio)
     metrics = _masked_stats(ratio, (a < 0) & (ratio < lo), (a > 0) & (ratio > hi), sw)
     return loss, metrics
+
+# %% ../nbs/09_losses.ipynb #47233a47
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+def rollout_mismatch(old_logps,      # [B, T] log π_old (trainer) of the sampled tokens
+                     engine_logps,   # [B, T] log q (engine) of the same tokens
+                     completion_mask,  # [B, T]
+                     ) -> dict:
+    "Engine-versus-trainer statistics over the completion tokens (TRL's and verl's metric names)."
+    m = jnp.asarray(completion_mask, jnp.float32) > 0
+    d = jnp.where(m, jnp.asarray(old_logps, jnp.float32) - jnp.asarray(engine_logps, jnp.float32), 0.0)   # δ
+    n = jnp.maximum(m.sum(), 1)
+    return {"sampling/sampling_logp_difference/mean": jnp.abs(d).sum() / n,
+            "sampling/sampling_logp_difference/max": jnp.abs(d).max(),
+            "rollout_corr/kl": -d.sum() / n,
+            "rollout_corr/k3_kl": jnp.where(m, jnp.expm1(d) - d, 0.0).sum() / n}
+
+def rollout_is_weights(old_logps, engine_logps, completion_mask, mode: str, cap: float) -> tuple[jax.Array, dict]:
+    "(importance weights π_old/q [B, T] by `mode` with cap `cap`, 0 off the mask; their min/mean/max over the mask)."
+    _check_choice("mode", mode, IS_MODES)
+    if not cap > 1: raise ValueError(f"the importance-sampling cap must be > 1, got {cap}")
+    m = jnp.asarray(completion_mask, jnp.float32) > 0
+    d = jnp.where(m, jnp.asarray(old_logps, jnp.float32) - jnp.asarray(engine_logps, jnp.float32), 0.0)
+    if mode.startswith("sequence"): d = jnp.broadcast_to(d.sum(-1, keepdims=True), d.shape)
+    rho = jnp.exp(jnp.minimum(d, LOG_RATIO_CLIP))
+    w = jnp.minimum(rho, cap) if mode.endswith("truncate") else jnp.where(rho <= cap, rho, 0.0)
+    w = jax.lax.stop_gradient(jnp.where(m, w, 0.0))
+    n = jnp.maximum(m.sum(), 1); any_ = m.any()
+    stats = {"sampling/importance_sampling_ratio/min": jnp.where(any_, jnp.min(jnp.where(m, w, jnp.inf)), 1.0),
+             "sampling/importance_sampling_ratio/mean": jnp.where(any_, w.sum() / n, 1.0),
+             "sampling/importance_sampling_ratio/max": jnp.where(any_, jnp.max(jnp.where(m, w, -jnp.inf)), 1.0)}
+    return w, stats
 
 # %% ../nbs/09_losses.ipynb #e1d69384
 def overlong_penalty(lengths,                    # [...] completion lengths in tokens

@@ -21,13 +21,14 @@ from flax import nnx
 from pydantic import Field
 
 from .config import ConfigError, PosFloat, PosInt, error_line, output_dir, user_errors
+from .data_sources import SFT_ALIASES
 from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sharded, lr_schedule,
                           make_optimizer, train_state_shardings)
-from .lora import (LoRAKeys, LORA_IN_AXES, init_lora, lora_axes, lora_shapes, lora_targets, lora_terms,
-                          merge_lora)
+from .lora import LoRAKeys, LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
 from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
 from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
-from .sharding import tree_shardings, batch_sharding, named_sharding
+from .distributed import initialize, is_main_process, main_print, process_allgather
+from .sharding import tree_shardings, batch_sharding, named_sharding, process_rows
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'map_position_chunks', 'token_nll',
@@ -48,6 +49,14 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     train_split: str = "train"
     hf_eval_split: str = "test"                 # held-out split for eval_interval
     hf_eval_files: str = ""                     # held-out data from another file/folder/hub id (default: hf_path)
+    hf_name: str = ""                           # the hub dataset's configuration (hf_path=openai/gsm8k hf_name=main)
+    hf_data_dir: str = ""                       # a sub-folder of hf_path (load_dataset's data_dir)
+    hf_train_files: str = ""                    # train data files, comma-separated (hf_path a builder: json, parquet)
+    train_data_columns: list[str] | str = []    # the data's columns: [messages] or [text], or [prompt, completion]; []: detect
+    eval_data_columns: list[str] | str = []     # the same for the held-out data
+    use_chat_template: bool = True              # false (or no template): prompt + completion joined as raw text
+    chat_template_path: str = ""                # a Jinja/JSON chat template or tokenizer folder, replacing the tokenizer's
+    key_aliases = SFT_ALIASES                   # TRL's spellings (maxpost.data_sources; the config notebook's alias table)
     num_train_rows: int = -1                    # use the first rows only (-1: all)
     num_eval_rows: int = 256                    # held-out rows loaded (-1: all)
     synthetic_task: Literal["reverse", "copy"] = "reverse"   # dataset_type=synthetic: token-level toy task
@@ -157,30 +166,17 @@ class SFTTrainer:
         self.cfg, self.mcfg = cfg, mcfg
         self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
-        abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=self.dtype, param_dtype=self.wdtype,
-                                                  remat=cfg.remat_policy == "full"))
-        self.graphdef, _ = nnx.split(abstract)
-        shapes = param_shapes(mcfg)
-        missing = set(shapes) - set(base_params)
-        if missing: raise ValueError(f"base params lack {sorted(missing)}")
-        base_sh = tree_shardings(self.mesh, PARAM_AXES, shapes)
-        base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(self.wdtype)), base_sh[k]) for k in shapes}
-        self.lora_scale = cfg.lora_scale
+        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype)
+        self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
         if cfg.use_lora:
-            self.lora_names = lora_targets(cfg.lora_module_path)
-            ax = lora_axes(self.lora_names); sh = lora_shapes(mcfg, cfg.lora_rank, self.lora_names)
-            self.param_sh = {k: {p: named_sharding(self.mesh, ax[k][p], sh[k][p]) for p in ("a", "b")} for k in sh}
-            self.frozen, self.frozen_sh = base, base_sh
+            self.frozen, self.frozen_sh = w.base, w.base_sh
             self._init_params = lambda key: init_lora(mcfg, cfg.lora_rank, self.lora_names, key)
         else:
-            self.lora_names, self.param_sh, self.frozen, self.frozen_sh = [], base_sh, {}, {}
-            self._base = base
+            self.frozen, self.frozen_sh, self._base = {}, {}, w.base
         self.opt, self.sched = cfg.optimizer(cfg.steps)
-        self.batch_sh = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, "fsdp", None))
+        self.batch_sh = batch_sharding(self.mesh, leading=1)      # [A, B, T]: rows over data × fsdp
         self.batch2_sh = batch_sharding(self.mesh)
-        abs_params = jax.eval_shape(self._init_params, jax.random.key(0)) if cfg.use_lora else \
-            jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base)
-        self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
+        self.state_sh = train_state_shardings(self.mesh, self.opt, w.abs_params, self.param_sh)
         self._step = jit_sharded(self._train_step, self.mesh, (self.state_sh, self.frozen_sh, self.batch_sh),
                                  (self.state_sh, None), donate_argnums=(0,))
         self._eval = jit_sharded(self._token_losses, self.mesh, (self.param_sh, self.frozen_sh, self.batch2_sh),
@@ -194,8 +190,8 @@ class SFTTrainer:
         else: params, self._base = self._base, None      # the state owns (and donates) the base weights
         opt_state = jax.jit(self.opt.init, out_shardings=self.state_sh["opt_state"])(params)
         rep = self.state_sh["step"]      # placed like the step's outputs, so that step 2 does not recompile
-        return {"step": jax.device_put(jnp.zeros((), jnp.int32), rep), "params": params, "opt_state": opt_state,
-                "rng": jax.device_put(jax.random.key_data(k_run), rep)}
+        return {"step": jax.device_put(np.zeros((), np.int32), rep), "params": params, "opt_state": opt_state,
+                "rng": jax.device_put(np.asarray(jax.random.key_data(k_run)), rep)}
 
     def model_inputs(self, trainable: dict, frozen: dict):
         "(model, lora argument) for the trained params."
@@ -239,21 +235,31 @@ class SFTTrainer:
                    "loss_tokens": n, "tokens": jnp.sum(batch["segment_ids"] != 0)}
         return {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state, "rng": rng}, metrics
 
-    def put_batch(self, batch: dict) -> dict:
-        "Host [A·B, T] batch → device [A, B, T] arrays, rows split over fsdp."
-        A = self.cfg.gradient_accumulation_steps
-        return {k: jax.device_put(np.asarray(v).reshape(A, -1, *np.shape(v)[1:]), self.batch_sh) for k, v in batch.items()}
+    def local_rows(self, global_batch: int) -> list[int] | None:
+        "The rows of a host [A·B, T] global batch that this process supplies (None: one process supplies all)."
+        if jax.process_count() == 1: return None
+        A = self.cfg.gradient_accumulation_steps; B = global_batch // A
+        return [a * B + r for a in range(A) for r in process_rows(self.batch_sh, (A, B, 1), axis=1)]
 
-    def step(self, state: dict, batch: dict) -> tuple[dict, dict]:
-        "One optimizer step on a host batch of A·B rows; returns (new state, metrics as device scalars)."
-        return self._step(state, self.frozen, self.put_batch(batch))
+    def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
+        "Host [A·B, T] batch (this process's `local_rows` of a `global_batch` with several) → device [A, B, T] arrays."
+        A = self.cfg.gradient_accumulation_steps
+        if jax.process_count() == 1:
+            return {k: jax.device_put(np.asarray(v).reshape(A, -1, *np.shape(v)[1:]), self.batch_sh) for k, v in batch.items()}
+        B = global_batch // A
+        return {k: jax.make_array_from_process_local_data(self.batch_sh, np.asarray(v).reshape(A, -1, *np.shape(v)[1:]),
+                                                          (A, B, *np.shape(v)[1:])) for k, v in batch.items()}
+
+    def step(self, state: dict, batch: dict, global_batch: int | None = None) -> tuple[dict, dict]:
+        "One optimizer step on a host batch of A·B rows (this process's rows of `global_batch`); (new state, metrics)."
+        return self._step(state, self.frozen, self.put_batch(batch, global_batch))
 
     def example_losses(self, state: dict, batches) -> tuple[np.ndarray, np.ndarray]:
         "(summed NLL, target tokens) of each example (packed segment) with target tokens in host [B, T] `batches`."
         sums, counts = [], []
         for b in batches:
-            nll = np.asarray(self._eval(state["params"], self.frozen,
-                                        {k: jax.device_put(np.asarray(v), self.batch2_sh) for k, v in b.items()}))
+            nll = process_allgather(self._eval(state["params"], self.frozen,    # every process: the same whole batch
+                                               {k: jax.device_put(np.asarray(v), self.batch2_sh) for k, v in b.items()}))
             seg, m = np.asarray(b["segment_ids"]), np.asarray(b["loss_mask"], np.float64)
             key = np.arange(seg.shape[0])[:, None] * (seg.shape[1] + 1) + seg            # one id per (row, segment)
             _, ex = np.unique(key[seg > 0], return_inverse=True)
@@ -274,7 +280,7 @@ class SFTTrainer:
     def merged_params(self, state: dict) -> dict:
         "Full model weights as numpy (LoRA folded into the base), in weight_dtype."
         p = merge_lora(self.frozen, state["params"], self.lora_scale) if self.cfg.use_lora else state["params"]
-        return {k: np.asarray(v) for k, v in p.items()}
+        return {k: process_allgather(v) for k, v in p.items()}
 
 # %% ../nbs/05_sft.ipynb #eb71c4da
 BOS, SEP, EOS = 1, 2, 3   # ids of the synthetic task's special tokens (0 stays free for padding)
@@ -304,16 +310,20 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        from maxpost.data_sources import hub_kwargs, with_chat_template
+        tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
+        cols = ("eval_data_columns", cfg.eval_data_columns) if split != cfg.train_split else ("train_data_columns", cfg.train_data_columns)
+        src = dict(hub_kwargs(cfg, split) if not source else {}, columns=cols[1], columns_key=cols[0],
+                   use_chat_template=cfg.use_chat_template)
         if cfg.dataset_type == "hf" and not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
         key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
         builtin = {"dataset": cfg.dataset_type} if cfg.dataset_type in QA_DATASETS and not where else {}
         try: ex, report = load_sft_examples(tok, cfg.max_target_length, where or None, split, rows,
-                                            prompt_template=cfg.prompt_template or None, **builtin)
+                                            prompt_template=cfg.prompt_template or None, **builtin, **src)
         except Exception as e:     # a missing source (DataLoadError) or a file that does not parse (datasets' error)
             if not isinstance(e, user_errors()): raise
             raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
-        print(f"{split}: loaded {report.n_examples} examples, {report.n_target_tokens} target tokens; {report}", file=sys.stderr)
+        main_print(f"{split}: loaded {report.n_examples} examples, {report.n_target_tokens} target tokens; {report}")
     if not ex: raise ValueError(f"no {split} examples")
     top = max(int(e.ids.max()) for e in ex)
     if top >= mcfg.vocab_size: raise ValueError(f"token id {top} is outside the model's vocabulary ({mcfg.vocab_size})")
@@ -368,31 +378,35 @@ def train(cfg: SFTConfig) -> dict:
     from tqdm.auto import tqdm
     from maxpost.data import SFTDataIterator
     output_dir(cfg.base_output_directory, cfg.run_name)          # fails early without base_output_directory
+    initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
     mesh = cfg.mesh()
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
-    if B < 1 or B % mesh.shape["fsdp"]:
+    dp = mesh.shape["data"] * mesh.shape["fsdp"]
+    if B < 1 or B % dp:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
-                          f"batch of {B} rows, which must be a positive multiple of fsdp={mesh.shape['fsdp']}",
+                          f"batch of {B} rows, which must be a positive multiple of data × fsdp={dp}",
                           key="per_device_batch_size")
     mcfg, base, tok_dir = load_base(cfg)
     train_ex = load_examples(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
-    it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing)
     eval_ex = None
     if cfg.eval_interval > 0 and cfg.eval_steps != 0:
         eval_ex = load_examples(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
                                 cfg.hf_eval_files or None)
     trainer = SFTTrainer(cfg, mcfg, base, mesh)
     del base
+    # every process plans the same global batches and collates only the rows its devices hold
+    it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing,
+                         rows=trainer.local_rows(A * B))
     run = RunLoop(cfg, trainer.init_state(), it, desc="sft", postfix=("loss", "tokens_per_s"))
 
     def step_fn(state, step):
-        state, m = trainer.step(state, next(it))
+        state, m = trainer.step(state, next(it), A * B)
         return state, {k: float(v) for k, v in m.items()}            # waits for the step
 
     def eval_fn(state, step):
         ev = SFTDataIterator(eval_ex, B, cfg.max_target_length, seed=0, pack=cfg.packing, num_epochs=1)
         r = trainer.evaluate(state, ev if cfg.eval_steps < 0 else (b for _, b in zip(range(cfg.eval_steps), ev)))
-        tqdm.write(f"eval at step {step}: loss {r['loss']:.4f} (95% CI {r['ci'][0]:.4f}–{r['ci'][1]:.4f}) over "
+        if is_main_process(): tqdm.write(f"eval at step {step}: loss {r['loss']:.4f} (95% CI {r['ci'][0]:.4f}–{r['ci'][1]:.4f}) over "
                    f"{r['examples']} of {len(eval_ex)} held-out examples, {r['tokens']} target tokens", file=sys.stderr)
         return {"eval_loss": r["loss"], "eval_loss_lo": r["ci"][0], "eval_loss_hi": r["ci"][1],
                 "eval_examples": r["examples"], "eval_tokens": r["tokens"]}
@@ -402,8 +416,11 @@ def train(cfg: SFTConfig) -> dict:
     model_dir = None
     if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
         from maxpost.checkpoint import save_checkpoint
-        model_dir = save_checkpoint(run.run_dir / "model", trainer.merged_params(run.state), mcfg,
-                                    model_name=cfg.model_name or None, tokenizer_dir=tok_dir, overwrite=True)
+        merged = trainer.merged_params(run.state)                # every process takes part in the gather
+        model_dir = run.run_dir / "model"
+        if is_main_process():                                    # process 0 alone writes the export
+            model_dir = save_checkpoint(model_dir, merged, mcfg, model_name=cfg.model_name or None,
+                                        tokenizer_dir=tok_dir, overwrite=True)
     last, first = summary["last"], summary["eval_initial"] or {}
     return {"run_dir": summary["run_dir"], "steps": summary["steps"], "start_step": summary["start_step"],
             "stopped": summary["stopped"], "loss": last.get("loss"), "eval_loss": last.get("eval_loss"),
@@ -413,4 +430,5 @@ def train(cfg: SFTConfig) -> dict:
             "eval_loss_initial_ci": [first["eval_loss_lo"], first["eval_loss_hi"]] if "eval_loss" in first else None,
             "tokens_per_s": summary["tokens_per_s"],
             "peak_rss_gib": summary["peak_rss_gib"], "model_dir": str(model_dir) if model_dir else None}
+
 

@@ -1,5 +1,5 @@
-"""A two-axis device mesh (`fsdp`, `tensor`) with MaxText's names, and the rules that map the model's logical
-parameter axes onto it.
+"""A device mesh (`data`, `fsdp`, `tensor`) with MaxText's names, over one process's devices or every host's, and
+the rules that map the model's logical parameter axes onto it.
 
 Docs: https://maxpost.github.io/maxpost/sharding.html.md"""
 
@@ -12,37 +12,47 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 # %% auto #0
-__all__ = ['MESH_AXES', 'LOGICAL_RULES', 'mesh_shape', 'make_mesh', 'logical_to_spec', 'named_sharding', 'tree_shardings',
-           'batch_sharding', 'replicated']
+__all__ = ['MESH_AXES', 'LOGICAL_RULES', 'mesh_shape', 'dcn_shape', 'make_mesh', 'logical_to_spec', 'named_sharding',
+           'tree_shardings', 'batch_sharding', 'replicated', 'process_rows']
 
 # %% ../nbs/11_sharding.ipynb #c769e6d3
-MESH_AXES = ("fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "tensor")
+
+def _split_two(n: int, a: int, b: int, a_key: str, b_key: str, what: str) -> tuple[int, int]:
+    "(a, b) with a × b = n, resolving one -1; an error names both keys when they do not multiply out."
+    if a == -1 and b == -1: raise ValueError(f"only one of {a_key}, {b_key} may be -1")
+    if a == -1 or b == -1:
+        known = b if a == -1 else a
+        if known <= 0 or n % known: raise ValueError(f"{n} {what} cannot be split into {a_key}={a} × {b_key}={b}")
+        a, b = (n // known, b) if a == -1 else (a, n // known)
+    if a * b != n: raise ValueError(f"{a_key}={a} × {b_key}={b} = {a * b}, but there are {n} {what}")
+    return a, b
 
 def mesh_shape(n_devices: int, ici_fsdp_parallelism: int = -1, ici_tensor_parallelism: int = 1) -> tuple[int, int]:
     "(fsdp, tensor) sizes for `n_devices`, resolving one -1; an error names the keys when they do not multiply out."
-    f, t = ici_fsdp_parallelism, ici_tensor_parallelism
-    if f == -1 and t == -1: raise ValueError("only one of ici_fsdp_parallelism, ici_tensor_parallelism may be -1")
-    if f == -1 or t == -1:
-        known = t if f == -1 else f
-        if known <= 0 or n_devices % known:
-            raise ValueError(f"{n_devices} devices cannot be split into ici_fsdp_parallelism={f} × "
-                             f"ici_tensor_parallelism={t}")
-        f, t = (n_devices // known, t) if f == -1 else (f, n_devices // known)
-    if f * t != n_devices:
-        raise ValueError(f"ici_fsdp_parallelism={f} × ici_tensor_parallelism={t} = {f * t}, but there are "
-                         f"{n_devices} devices")
-    return f, t
+    return _split_two(n_devices, ici_fsdp_parallelism, ici_tensor_parallelism, "ici_fsdp_parallelism",
+                      "ici_tensor_parallelism", "devices")
 
-def make_mesh(ici_fsdp_parallelism: int = -1, ici_tensor_parallelism: int = 1, devices=None) -> Mesh:
-    "A (fsdp, tensor) mesh over `devices` (default: all)."
-    devices = list(devices if devices is not None else jax.devices())
-    f, t = mesh_shape(len(devices), ici_fsdp_parallelism, ici_tensor_parallelism)
-    auto = (jax.sharding.AxisType.Auto,) * 2   # GSPMD propagates shardings; no explicit-sharding types
-    return Mesh(np.array(devices).reshape(f, t), MESH_AXES, axis_types=auto)
+def dcn_shape(n_processes: int, dcn_data_parallelism: int = -1, dcn_fsdp_parallelism: int = 1) -> tuple[int, int]:
+    "(data, fsdp) sizes across `n_processes`, resolving one -1; an error names the keys when they do not multiply out."
+    return _split_two(n_processes, dcn_data_parallelism, dcn_fsdp_parallelism, "dcn_data_parallelism",
+                      "dcn_fsdp_parallelism", "processes")
+
+def make_mesh(ici_fsdp_parallelism: int = -1, ici_tensor_parallelism: int = 1, devices=None,
+              dcn_data_parallelism: int = -1, dcn_fsdp_parallelism: int = 1) -> Mesh:
+    "A (data, fsdp, tensor) mesh over `devices` (default: all, of every process), ordered by process."
+    devices = sorted(devices if devices is not None else jax.devices(), key=lambda d: (d.process_index, d.id))
+    n_proc = len({d.process_index for d in devices})
+    if len(devices) % n_proc: raise ValueError(f"{len(devices)} devices are not the same number on {n_proc} processes")
+    f, t = mesh_shape(len(devices) // n_proc, ici_fsdp_parallelism, ici_tensor_parallelism)
+    dd, df = dcn_shape(n_proc, dcn_data_parallelism, dcn_fsdp_parallelism)
+    auto = (jax.sharding.AxisType.Auto,) * 3   # GSPMD propagates shardings; no explicit-sharding types
+    # process-major order: process p = (data index, dcn-fsdp index) in row-major order, its devices (ici fsdp, tensor)
+    return Mesh(np.array(devices).reshape(dd, df * f, t), MESH_AXES, axis_types=auto)
 
 # %% ../nbs/11_sharding.ipynb #2958bfd0
-LOGICAL_RULES: dict[str, str | None] = {
-    "batch": "fsdp", "embed": "fsdp", "vocab": "tensor", "mlp": "tensor", "q_heads": "tensor", "kv_heads": "tensor",
+LOGICAL_RULES: dict[str, str | tuple | None] = {
+    "batch": ("data", "fsdp"), "embed": "fsdp", "vocab": "tensor", "mlp": "tensor", "q_heads": "tensor", "kv_heads": "tensor",
     "layers": None, "head_dim": None, "norm": None, "lora_rank": None, "length": None,
 }
 
@@ -52,8 +62,10 @@ def logical_to_spec(axes: tuple, shape: tuple | None = None, sizes: dict | None 
     out, used = [], set()
     for i, ax in enumerate(axes):
         m = rules.get(ax)
-        if m is not None and (m in used or (shape is not None and sizes is not None and shape[i] % sizes[m])): m = None
-        if m is not None: used.add(m)
+        ms = (m,) if isinstance(m, str) else tuple(m or ())          # a rule may name several mesh axes
+        n = int(np.prod([sizes.get(a, 1) for a in ms])) if sizes is not None else 1
+        if m is not None and (used & set(ms) or (shape is not None and sizes is not None and shape[i] % n)): m = None
+        if m is not None: used |= set(ms)
         out.append(m)
     return P(*out)
 
@@ -65,10 +77,17 @@ def tree_shardings(mesh: Mesh, axes: dict, shapes: dict, rules: dict = LOGICAL_R
     "name → NamedSharding for dicts of logical axes and shapes (e.g. `PARAM_AXES` and `param_shapes(cfg)`)."
     return {k: named_sharding(mesh, axes[k], tuple(shapes[k]), rules) for k in shapes}
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    "Rows of a [B, T] batch split over fsdp."
-    return NamedSharding(mesh, P("fsdp", None))
+def batch_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
+    "Rows of a [B, T] batch split over data × fsdp (after `leading` unsplit axes, e.g. micro-batches)."
+    return NamedSharding(mesh, P(*(None,) * leading, ("data", "fsdp"), None))
 
 def replicated(mesh: Mesh) -> NamedSharding:
     "Every device holds the whole array."
     return NamedSharding(mesh, P())
+
+def process_rows(sharding: NamedSharding, shape: tuple, axis: int = 0) -> list[int]:
+    "Indices along `axis` of an array of `shape` that this process's devices hold (its share of a global batch)."
+    rows = set()
+    for idx in sharding.addressable_devices_indices_map(tuple(shape)).values():
+        rows.update(range(*idx[axis].indices(shape[axis])))
+    return sorted(rows)

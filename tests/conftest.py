@@ -24,3 +24,12 @@ def hf_smol():
 def hf_gemma():
     from maxpost.convert.from_gguf import embedded_hf
     return embedded_hf("gemma3-270m")
+
+def kill_at(cmd, env, ckpt: Path, timeout: float):
+    "Start `cmd`, SIGKILL it the moment `ckpt` (a checkpoint folder) exists; asserts that the kill ended it."
+    import signal, subprocess, time
+    p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not ckpt.exists() and p.poll() is None and time.time() - t0 < timeout: time.sleep(0.01)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert p.returncode == -signal.SIGKILL, f"run ended by itself before the kill: {p.stderr.read()[-2000:]}"

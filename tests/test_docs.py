@@ -2,7 +2,7 @@
 
 Chromium is Debian's (`make system-deps`, or `apt-get update && apt-get install -y chromium`). Without it these
 browser tests skip, except under CI (env CI set), where a missing browser is a failure. Screenshots of the index, a
-tutorial, an API page, the losses page (math) and a page with a plot are written to `$MAXPOST_ARTIFACTS/docs_screenshots`
+tutorial with a plot (the SFT tutorial), an API page, the losses page (math) and a page with a plot are written to `$MAXPOST_ARTIFACTS/docs_screenshots`
 (default `runs/docs_screenshots/`, git-ignored) for a person to look at.
 """
 import functools, http.server, json, os, re, shutil, subprocess, sys, threading
@@ -27,7 +27,7 @@ def _in_ci() -> bool: return os.environ.get('CI', '').strip().lower() not in (''
 
 def build(out: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(BUILD), '--out', str(out), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1200)
+                          text=True, timeout=2400)  # the tutorials run in the build
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
@@ -156,13 +156,26 @@ def test_api_docs_rendered(chromium, site, tmp_path, stem):
 def tutorial_pages(site) -> list[Path]:
     return sorted((site / 'tutorials').glob('*.html'))
 
+PLOT_TUTORIAL = 'sft_chat_data'   # a tutorial whose executed page shows a plot (the loss curve) and tables
+
 def test_screenshots(chromium, site, tmp_path):
-    "Index, a tutorial, an API page and the losses page (math), kept as artifacts; none blank"
-    tut = tutorial_pages(site)
-    assert tut, 'no tutorial page'
-    for page, name in [(site / 'index.html', 'index.png'), (tut[0], f'tutorial_{tut[0].stem}.png'),
+    "Index, a tutorial with a plot, an API page and the losses page (math), kept as artifacts; none blank"
+    tut = site / 'tutorials' / f'{PLOT_TUTORIAL}.html'
+    assert tut.is_file(), f'no tutorial page {tut.name}: {[p.name for p in tutorial_pages(site)]}'
+    for page, name in [(site / 'index.html', 'index.png'), (tut, f'tutorial_{tut.stem}.png'),
                        (site / '01_model.html', 'api_01_model.png'), (site / '09_losses.html', 'math_09_losses.png')]:
         screenshot(chromium, tmp_path, page, name)
+
+def test_tutorial_plots_and_tables(chromium, site, tmp_path):
+    "The SFT, GRPO and evaluation tutorials, executed at build time, show their plots (loaded) and tables"
+    for stem in (PLOT_TUTORIAL, 'grpo_custom_reward', 'evaluate_a_checkpoint'):
+        page = site / 'tutorials' / f'{stem}.html'
+        main = BeautifulSoup(page.read_text(), 'html.parser').find('main')
+        plots = [i for i in main.select('.jp-OutputArea-output img') if i.get('src', '').startswith('data:image/png')]
+        assert plots, f'{stem}: no plot among the outputs'
+        assert main.select('.jp-OutputArea-output table'), f'{stem}: no table among the outputs'
+        widths = image_widths(chromium, tmp_path, page)
+        assert len(widths) >= len(plots) and all(w > 200 for w in widths), f'{stem}: {widths}'
 
 def test_tutorials_executed_with_outputs(chromium, site, tmp_path):
     "The tutorials run at build time: their pages show outputs, and every image on them loads"

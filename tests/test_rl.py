@@ -5,6 +5,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
+from conftest import kill_at
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,12 +90,7 @@ def test_cli_gspo_token_resumes_exactly_after_sigkill(sft_ckpt, tmp_path):
     ref_m = _metrics(rd)
 
     run_dir = tmp_path / "killed"
-    p = subprocess.Popen(_cmd(*common, "run_name=killed"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
-    ckpt, t0 = run_dir / "checkpoints" / "4", time.time()
-    while not ckpt.exists() and p.poll() is None and time.time() - t0 < 400: time.sleep(0.01)
-    p.send_signal(signal.SIGKILL); p.wait()
-    assert p.returncode == -signal.SIGKILL, f"run ended by itself before the kill: {p.stderr.read()[-2000:]}"
+    kill_at(_cmd(*common, "run_name=killed"), env, run_dir / "checkpoints" / "4", 400)
     assert not (run_dir / "checkpoints" / "12").exists()
     res = _run(common + ["run_name=killed"], env)
     assert res["start_step"] >= 4 and res["steps"] == 12, res
@@ -135,7 +131,7 @@ def test_bad_input_fails_before_compute(capsys, tmp_path, sft_ckpt):
     err = _fail(capsys, "model_name=tiny-llama", "decode_sampling_temperature=0", out)
     assert "decode_sampling_temperature" in err and "every advantage is 0" in err
     err = _fail(capsys, "model_name=tiny-llama", "eval_num_samples=4", "eval_temperature=0", out)
-    assert "eval_num_samples=4 with eval_temperature=0" in err
+    assert "num_eval_passes=4 with eval_temperature=0" in err
     assert "num_generations must be >= 2" in _fail(capsys, "model_name=tiny-llama", "num_generations=1", out)
     data = tmp_path / "noanswer.jsonl"
     data.write_text(json.dumps({"question": "1+1?", "solution": "2"}) + "\n")
@@ -149,3 +145,103 @@ def test_bad_input_fails_before_compute(capsys, tmp_path, sft_ckpt):
     err = _fail(capsys, "model_name=smollm2-135m", f"load_parameters_path={sft_ckpt}", "dataset_type=synthetic",
                 "reward_functions=addition_answer", out)
     assert "smollm2-135m" in err
+
+_SHARDED_WORKER = r'''
+import json, numpy as np, jax, optax
+from maxpost.rl.config import check_config
+from maxpost.rl.rollout import sampling_params
+from maxpost.rl.trainer import RLTrainer, make_rollout_engine, training_batch, minibatch
+from maxpost.sft import model_config, random_params
+from maxpost.testing import DigitTokenizer, addition_config, addition_rows
+mc = model_config("tiny-llama"); params = random_params(mc, 0)
+out = {}
+for packing in (True,):
+    cfg = addition_config("grpo", 1, packing=packing, num_minibatches=2, batch_size=4, num_generations=4)
+    trs = {n: RLTrainer(cfg, check_config(cfg), mc, params, mesh=cfg.mesh() if n == 2 else
+                        __import__("maxpost.sharding").sharding.make_mesh(devices=jax.devices()[:1])) for n in (2, 1)}
+    st = {n: t.init_state() for n, t in trs.items()}
+    eng = make_rollout_engine(cfg, trs[1], st[1], DigitTokenizer())
+    rows = addition_rows([(a, b) for a in range(2) for b in range(2)])
+    res = eng.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, 3))
+    for n, tr in trs.items():
+        bt = training_batch(tr, res)
+        bt["advantages"] = np.linspace(-0.5, 1.5, len(res), dtype=np.float32)
+        bt["ref_logps"] = np.asarray(tr.ref_logps(tr.put(bt))) - 0.1
+        mb = tr.put(minibatch(bt, 1, 2))
+        shards = sorted({s.data.shape[0] for s in mb["inputs"].addressable_shards})
+        (l, m), g = jax.jit(jax.value_and_grad(tr._loss, has_aux=True))(st[n]["params"], tr.frozen, mb)
+        out[f"{packing}/{n}"] = dict(loss=float(l), grad=float(optax.global_norm(g)), rows=int(mb["inputs"].shape[0]),
+                                     shard_rows=shards, spec=str(mb["inputs"].sharding.spec), devices=len(jax.devices()))
+print(json.dumps(out))
+'''
+
+def test_minibatch_rows_are_split_over_fsdp(tmp_path):
+    """On 2 (virtual CPU) devices a minibatch's rows are split over the fsdp axis (each device holds half of them), and
+    the loss and gradient norm of one update on a fixed batch equal those of a single-device trainer (packed batches)."""
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+    r = subprocess.run([sys.executable, "-c", _SHARDED_WORKER], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=dict(_env(tmp_path), XLA_FLAGS=flags))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for packing in ("True",):
+        two, one = out[f"{packing}/2"], out[f"{packing}/1"]
+        assert two["devices"] == 2 and "fsdp" in two["spec"] and two["shard_rows"] == [two["rows"] // 2], two
+        assert one["shard_rows"] == [one["rows"]], one
+        assert abs(two["loss"] - one["loss"]) <= 1e-5 * max(1.0, abs(one["loss"])), (two, one)
+        assert abs(two["grad"] - one["grad"]) <= 1e-4 * max(1.0, one["grad"]), (two, one)
+    print(out)
+
+_VLLM_MISMATCH_WORKER = r'''
+import json, numpy as np
+from maxpost.convert.from_gguf import embedded_hf
+from maxpost.engine import chat_prompt_ids
+from maxpost.losses import rollout_is_weights, rollout_mismatch
+from maxpost.rewards import build_prompt, load_gsm8k
+from maxpost.rl.config import RLConfig, check_config
+from maxpost.rl.rollout import sampling_params
+from maxpost.rl.trainer import RLTrainer, load_policy_base, training_batch
+from maxpost.vllm_engine import VLLMEngine
+hf = embedded_hf("smollm2-135m")
+cfg = RLConfig(model_name="smollm2-135m", load_parameters_path=str(hf), use_lora=False, loss={"beta": 0.0}, batch_size=8,
+               num_generations=8, max_prefill_predict_length=256, max_completion_length=64, chips_per_vm=1,
+               rollout_engine="vllm", dtype="float32")
+mcfg, params, tok, _ = load_policy_base(cfg)
+tr = RLTrainer(cfg, check_config(cfg), mcfg, params); st = tr.init_state()
+eng = VLLMEngine(hf, dtype="bfloat16", max_model_len=512, seed=0, logprobs_mode="processed_logprobs")
+eng.sync_weights(tr.engine_params(st))
+prompts = [chat_prompt_ids(eng.tokenizer, build_prompt(r["question"])) for r in load_gsm8k("test", 8)]
+res = eng.generate(prompts, sampling_params(cfg, 1))
+bt = training_batch(tr, res)
+old = np.asarray(tr.policy_logps(st, tr.put(bt)))
+mk = bt["completion_mask"]
+w, stats = rollout_is_weights(old, bt["engine_logps"], mk, "token_truncate", 3.0)
+mm = rollout_mismatch(old, bt["engine_logps"], mk)
+on = mk > 0
+out = {k: float(v) for k, v in {**mm, **stats}.items()}
+out |= dict(n_tokens=int(on.sum()), frac_weights_not_1=float(np.mean(np.abs(np.asarray(w)[on] - 1) > 1e-3)),
+            mean_log_weight=float(np.mean((old - bt["engine_logps"])[on])),
+            se_log_weight=float(np.std((old - bt["engine_logps"])[on]) / np.sqrt(on.sum())))
+eng.close()
+print("RESULT " + json.dumps(out))
+'''
+
+def test_vllm_bfloat16_rollouts_get_importance_weights(tmp_path):
+    """vLLM in bfloat16 samples 64 completions (64 tokens at most) of 8 GSM8K prompts at temperature 1 with the
+    float32 trainer's SmolLM2 weights; the trainer's float32 log-probs of the same tokens differ: the token weights
+    π_old/q are not 1 (89% of 4042 tokens, in [0.56, 1.42], measured), and their mean log, E_q[log π/q] = -KL(q‖π),
+    is not positive (the expected sign: an engine's samples favour the tokens it overrates; measured -1.0e-3 with a
+    standard error of about 7e-4, so the test only rejects a mean log weight significantly above 0, and checks that
+    the k1 and k3 estimates of the KL agree). Skipped without .venv-vllm (failed under CI=true), as tests/test_vllm.py."""
+    from test_vllm import vllm_python
+    py = vllm_python()
+    r = subprocess.run([str(py), "-c", _VLLM_MISMATCH_WORKER], capture_output=True, text=True, cwd=ROOT, timeout=1800,
+                       env=_env(tmp_path))
+    lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, r.stderr[-4000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    print(json.dumps(out, indent=1))
+    assert out["n_tokens"] > 1000
+    assert out["frac_weights_not_1"] > 0.5, out
+    assert 1e-3 < out["sampling/sampling_logp_difference/mean"] < 0.2, out
+    assert out["mean_log_weight"] < 2 * out["se_log_weight"], out
+    assert out["rollout_corr/k3_kl"] > 0 and abs(out["rollout_corr/kl"] - out["rollout_corr/k3_kl"]) < 3 * out["se_log_weight"], out

@@ -4,6 +4,7 @@ Gemma 3 270M with LoRA on GSM8K for three steps."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
+from conftest import kill_at
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
@@ -40,12 +41,7 @@ def test_learns_and_resumes_exactly_after_sigkill(tmp_path):
     run_dir = tmp_path / "killed"
     for f in ("config.yml", "metrics.jsonl", "tensorboard"): assert (Path(ref["run_dir"]) / f).exists(), f
 
-    p = subprocess.Popen(_cmd(*common, "run_name=killed"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
-    ckpt, t0 = run_dir / "checkpoints" / "25", time.time()
-    while not ckpt.exists() and p.poll() is None and time.time() - t0 < 240: time.sleep(0.01)
-    p.send_signal(signal.SIGKILL); p.wait()
-    assert p.returncode == -signal.SIGKILL, f"run ended by itself before the kill: {p.stderr.read()[-2000:]}"
+    kill_at(_cmd(*common, "run_name=killed"), env, run_dir / "checkpoints" / "25", 240)
     done = sorted(int(d.name) for d in (run_dir / "checkpoints").iterdir() if d.name.isdigit())
     assert 200 not in done, "the run finished before it was killed"
     killed_at = _metrics(run_dir)[-1]["step"] if (run_dir / "metrics.jsonl").exists() else 0

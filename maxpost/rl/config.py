@@ -7,19 +7,20 @@ Docs: https://maxpost.github.io/maxpost/rl_config.html.md"""
 
 # %% ../../nbs/10a_rl_config.ipynb #ba8ce9ab
 from __future__ import annotations
-import dataclasses
+import dataclasses, math, sys
 from typing import Annotated, Literal, get_type_hints
 
 import jax
 from pydantic import Field, create_model, model_validator
 
-from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt
+from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
 from ..lora import LoRAKeys
-from ..losses import LossConfig, resolve_loss_config, LOSS_PRESETS
+from ..losses import IS_MODES, LossConfig, resolve_loss_config, LOSS_PRESETS
 
 # %% auto #0
-__all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'RLConfig', 'loss_config', 'reward_weights', 'check_config']
+__all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'EVAL_SAMPLING', 'RL_ALIASES', 'steps_from_batches', 'eval_sampling',
+           'RLConfig', 'loss_config', 'reward_weights', 'importance_sampling', 'check_config']
 
 # %% ../../nbs/10a_rl_config.ipynb #b228f8d0
 _LOSS_TYPES = get_type_hints(LossConfig, include_extras=True)   # with their constraints (PosFloat, …)
@@ -33,6 +34,45 @@ LossSection = create_model(
 
 LossPreset = Literal[tuple(LOSS_PRESETS)]
 
+def steps_from_batches(num_batches: int, num_epoch: int = 1, train_fraction: float = 1.0) -> dict:
+    "MaxText's RL length → maxpost's `steps`: int(num_batches × train_fraction) batches, num_epoch times over."
+    if int(num_batches) < 1 or int(num_epoch) < 1 or not 0 < float(train_fraction) <= 1:
+        raise ValueError(f"needs num_batches >= 1, num_epoch >= 1 and 0 < train_fraction <= 1, got {num_batches}, "
+                         f"{num_epoch}, {train_fraction}")
+    return {"steps": max(1, int(int(num_batches) * float(train_fraction))) * int(num_epoch)}
+
+EVAL_SAMPLING = {"greedy": dict(eval_temperature=0.0, eval_top_k=0, eval_top_p=1.0),    # MaxText: 0.01, top_k 1
+                 "standard": dict(eval_temperature=0.7, eval_top_k=50, eval_top_p=0.95),
+                 "liberal": dict(eval_temperature=0.85, eval_top_k=2000, eval_top_p=1.0)}
+
+def eval_sampling(eval_sampling_strategy: str) -> dict:
+    "MaxText's named evaluation sampling settings (rl.yml's generation_configs) as maxpost's eval keys."
+    if eval_sampling_strategy not in EVAL_SAMPLING:
+        raise ValueError(f"eval_sampling_strategy must be one of {', '.join(EVAL_SAMPLING)}")
+    return EVAL_SAMPLING[eval_sampling_strategy]
+
+RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table lists them all)
+    alias("rl.*", "*", note="MaxText's `rl:` section: `rl.num_generations=4`, or `rl: {num_generations: 4}`",
+          example="rl.num_generations=4"),
+    alias("grpo_beta", "loss.beta"),
+    alias("grpo_epsilon", "loss.epsilon", note="GSPO presets keep the paper's 3e-4/4e-4, where MaxText passes 0.2; "
+          "setting it with a GSPO loss_algo warns"),
+    alias(("num_batches", "num_epoch", "train_fraction"), "steps", steps_from_batches,
+          note="steps = int(num_batches × train_fraction) × num_epoch (one maxpost step = one batch of prompts, "
+               "num_iterations passes over it)", example="num_batches=8 num_epoch=2 train_fraction=0.5"),
+    alias("eval_sampling_strategy", ("eval_temperature", "eval_top_k", "eval_top_p"), eval_sampling,
+          note="greedy: temperature 0 (MaxText: 0.01, top_k 1); standard: 0.7, 50, 0.95; liberal: 0.85, 2000, 1.0",
+          example="eval_sampling_strategy=standard"),
+    alias("eval_num_samples", "num_eval_passes", source="maxpost (before)"),
+    alias("dataset_name", ("hf_path", "dataset_type"), lambda dataset_name: {"hf_path": dataset_name, "dataset_type": "hf"},
+          source="TRL", example="dataset_name=openai/gsm8k"),
+    alias("dataset_config", "hf_subset", source="TRL", example="dataset_config=main"),
+    alias("dataset_train_split", "train_split", source="TRL"), alias("dataset_test_split", "eval_split", source="TRL"),
+    alias("reward_funcs", "reward_functions", source="TRL", note="maxpost's reward names (maxpost.rewards)"),
+    alias("max_prompt_length", "max_prefill_predict_length", source="TRL"),
+    alias("temperature", "decode_sampling_temperature", source="TRL"),
+)
+
 class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora), RL's own keys."
     # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
@@ -44,9 +84,13 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     steps: PosInt = 100                     # RL steps (each runs num_iterations × num_minibatches updates)
     checkpoint_period: NonNegInt = 25       # 0: only at the end
     checkpoint_max_to_keep: PosInt = 2
+    key_aliases = RL_ALIASES
     # data
     dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"  # arithmetic: maxpost.arithmetic; synthetic: single-digit additions (tiny models)
     hf_path: str = ""                       # dataset_type=hf: local json/jsonl/parquet file or folder, or hub id
+    hf_subset: str = ""                     # the hub dataset's configuration (hf_path=openai/gsm8k hf_subset=main)
+    hf_data_dir: str = ""                   # a sub-folder of hf_path (load_dataset's data_dir)
+    hf_train_files: str = ""                # train data files, comma-separated (hf_path a builder: json, parquet)
     train_split: str = "train"
     eval_split: str = "test"
     prompt_column: str = "question"
@@ -65,7 +109,9 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     decode_sampling_temperature: NonNegFloat = 1.0    # > 0: at 0 every group would be flat
     decode_sampling_top_k: NonNegInt = 0    # 0: no limit
     decode_sampling_nucleus_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    use_engine_logprobs: bool = False       # old log-probs from the sampler instead of a training forward pass
+    use_engine_logprobs: bool = False       # old log-probs from the sampler (its log q) instead of a training forward pass
+    importance_sampling_mode: Literal[("auto", "off") + IS_MODES] = "auto"   # engine-vs-trainer correction (TRL's vllm_importance_sampling_mode); auto: token_truncate for vllm or bfloat16, off for native float32
+    importance_sampling_cap: Annotated[float, Field(gt=1)] = 3.0   # C > 1: larger weights are truncated to C or masked to 0 (TRL's cap)
     max_dynamic_sampling_rounds: NonNegInt = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
     rollout_seed: int = 0
     # loss
@@ -73,6 +119,8 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     loss: LossSection = Field(default_factory=LossSection)   # overrides of the preset's values
     num_iterations: PosInt = 1              # μ: optimisation passes over each rollout batch
     num_minibatches: PosInt = 1             # optimizer steps per pass
+    packing: bool = True                    # the update packs each completion with its prompt at their real lengths (false: fixed [B, prompt + completion budget] rows)
+    packing_bucket: PosInt = 64             # packed row and completion lengths rounded up to a multiple of this (few compiled shapes)
     # rewards
     reward_functions: str = "gsm8k_answer,gsm8k_exact_format"   # built-in names, comma-separated
     reward_weights: str | list | float | None = None    # one weight per function (built-ins first, then the path's); None: 1s
@@ -80,8 +128,20 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     loss_chunk_size: PosInt = 256           # positions per logits chunk (log-probs, entropy)
     # evaluation before/after, logging
     eval_before_after: bool = True
-    eval_num_samples: PosInt = 1            # samples per eval prompt (> 1 needs eval_temperature > 0)
+    num_eval_passes: PosInt = 1             # samples per eval prompt (> 1 needs eval_temperature > 0)
+    eval_mode: Literal["pass_at_1", "pass", "maj"] | None = None   # maxpost.evaluate's statistic; None: pass_at_1 for
+    # one greedy sample, else pass
     eval_temperature: NonNegFloat = 0.0     # 0: greedy
+    eval_top_k: NonNegInt = 0               # 0: no limit
+    eval_top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    num_test_batches: NonNegInt = 0         # > 0: evaluate num_test_batches × eval_batch_size prompts (MaxText's
+    # count; it replaces num_eval_rows)
+    eval_batch_size: NonNegInt = 0          # prompts per eval batch for num_test_batches; 0: batch_size
+    # vLLM rollout engine (rollout_engine=vllm)
+    hbm_utilization_vllm: Annotated[float, Field(gt=0, le=1)] | None = None   # vLLM's gpu_memory_utilization (on a
+    # CPU: a fraction of RAM); None: vLLM's default
+    max_num_seqs: PosInt = 256              # sequences vLLM decodes together
+    max_num_batched_tokens: PosInt | None = None   # tokens per vLLM engine step; None: max(prompt + completion, 8192)
     log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
 
     @model_validator(mode="after")
@@ -97,13 +157,22 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
             raise ConfigError(f"decode_sampling_temperature must be > 0: greedy rollouts make the {self.num_generations}"
                               f" completions of a prompt identical, so every group's rewards are equal, every "
                               f"advantage is 0 and nothing is learned", key="decode_sampling_temperature")
-        if self.eval_before_after and self.eval_num_samples > 1 and self.eval_temperature == 0:
-            raise ConfigError(f"eval_num_samples={self.eval_num_samples} with eval_temperature=0: greedy samples of a "
-                              f"prompt are identical; set eval_num_samples=1 or eval_temperature > 0",
-                              key="eval_num_samples")
+        if self.eval_before_after and self.num_eval_passes > 1 and self.eval_temperature == 0:
+            raise ConfigError(f"num_eval_passes={self.num_eval_passes} with eval_temperature=0: greedy samples of a "
+                              f"prompt are identical; set num_eval_passes=1 or eval_temperature > 0",
+                              key="num_eval_passes")
+        if self.eval_mode == "pass_at_1" and self.num_eval_passes != 1:
+            raise ConfigError(f"eval_mode=pass_at_1 takes one sample per prompt; for num_eval_passes="
+                              f"{self.num_eval_passes} use eval_mode=pass or maj", key="eval_mode")
         if self.few_shot and self.dataset_type != "gsm8k":
             raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
         return self
+
+    @property
+    def num_eval_prompts(self) -> int | None:
+        "Eval prompts: num_test_batches × eval_batch_size (MaxText's count) when set, else num_eval_rows (<= 0: all)."
+        if self.num_test_batches: return self.num_test_batches * (self.eval_batch_size or self.batch_size)
+        return self.num_eval_rows if self.num_eval_rows > 0 else None
 
 # %% ../../nbs/10a_rl_config.ipynb #68437928
 def loss_config(cfg: RLConfig) -> LossConfig:
@@ -126,6 +195,12 @@ def reward_weights(cfg: RLConfig, n: int) -> list[float]:
     if len(w) != n: raise ConfigError(f"{len(w)} reward_weights for {n} reward functions")
     return w
 
+def importance_sampling(cfg: RLConfig) -> str | None:
+    "The run's rollout-correction mode (`importance_sampling_mode` with `auto` resolved), None when off."
+    m = cfg.importance_sampling_mode
+    if m == "auto": m = "token_truncate" if cfg.rollout_engine == "vllm" or cfg.dtype != "float32" else "off"
+    return None if m == "off" else m
+
 def check_config(cfg: RLConfig) -> LossConfig:
     "The checks that need the machine (devices, rollout engine) but no model or data; returns the resolved loss config."
     n = jax.device_count()
@@ -133,5 +208,9 @@ def check_config(cfg: RLConfig) -> LossConfig:
         raise ConfigError(f"chips_per_vm={cfg.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})")
     from maxpost.engine import check_engine
     check_engine(cfg.rollout_engine)
+    if cfg.loss_algo.startswith("gspo") and cfg.loss.epsilon is not None:
+        print(f"warning: loss_algo={cfg.loss_algo} with loss.epsilon={cfg.loss.epsilon} (grpo_epsilon/epsilon): maxpost's "
+              f"GSPO presets use the GSPO paper's clip range 3e-4/4e-4 on the sequence ratio; MaxText passes 0.2 there. "
+              f"Your value is used; drop it to keep the paper's.", file=sys.stderr)
     return loss_config(cfg)
 

@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/rl_rollout.html.md"""
 # %% ../../nbs/10b_rl_rollout.ipynb #89930cb5
 from __future__ import annotations
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import jax
@@ -18,18 +18,21 @@ from ..rewards.gsm8k import QA_DATASETS, load_qa_dataset
 from .config import RLConfig, reward_weights
 
 # %% auto #0
-__all__ = ['load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed', 'sampling_params', 'score',
-           'rollout_arrays', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
+__all__ = ['ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed', 'sampling_params', 'score',
+           'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval',
+           'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
-def load_rewards(cfg: RLConfig) -> tuple[list[Callable], list[float]]:
-    "(reward functions, weights) named by `reward_functions`, `reward_functions_path`, `reward_weights`."
+def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
+    "(reward functions, weights) named by `reward_functions`, `reward_functions_path`, then `extra`; `reward_weights`."
+    # extra: reward functions passed as Python objects (`maxpost.rl.train(cfg, extra_rewards=[...])`), same signature
     from maxpost.rewards import load_reward_functions
     from maxpost.testing import TEST_REWARDS
     fns = []
     names = [n.strip() for n in cfg.reward_functions.replace(";", ",").split(",") if n.strip()]
     for n in names: fns += [TEST_REWARDS[n]] if n in TEST_REWARDS else load_reward_functions(n)
     if cfg.reward_functions_path: fns += load_reward_functions(cfg.reward_functions_path)
+    fns += list(extra)
     if not fns: raise ConfigError("no reward functions: set reward_functions and/or reward_functions_path")
     return fns, reward_weights(cfg, len(fns))
 
@@ -39,7 +42,8 @@ def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
         return load_qa_dataset(cfg.dataset_type, split, n)
     if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
     from maxpost.data import load_sft_dataset
-    ds = load_sft_dataset(cfg.hf_path, split, num_rows=n)
+    from maxpost.data_sources import hub_kwargs
+    ds = load_sft_dataset(cfg.hf_path, split, num_rows=n, **hub_kwargs(cfg, split))
     return [dict(r) for r in ds]
 
 def _check_columns(cfg: RLConfig, rows: list, split: str):
@@ -65,14 +69,14 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     rows = _read_rows(cfg, split, n)
     _check_columns(cfg, rows, split)
     if tokenizer is None: raise ConfigError("a tokenizer is needed: set tokenizer_path or use a checkpoint with one")
-    from maxpost.rewards import build_prompt
+    from maxpost.data_sources import prompt_messages
     from maxpost.engine import chat_prompt_ids
     out, skipped = [], 0
     shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
     first = cfg.few_shot if shots and split == cfg.train_split else 0    # the examples are not trained on
     for i, r in enumerate(rows[first:], start=first):
-        ids = chat_prompt_ids(tokenizer, build_prompt(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot,
-                                                      few_shot_examples=shots))
+        ids = chat_prompt_ids(tokenizer, prompt_messages(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot,
+                                                         few_shot_examples=shots))
         if len(ids) > cfg.max_prefill_predict_length: skipped += 1; continue
         out.append(dict(r, prompt=r[cfg.prompt_column], prompt_ids=ids, dataset_index=i))
     if not out: raise ValueError(f"every {split} prompt is longer than max_prefill_predict_length="
@@ -105,11 +109,11 @@ def round_seed(rng, k: int) -> int:
     return int(jax.random.randint(jax.random.fold_in(jax.random.wrap_key_data(rng), k), (), 0, 2**31 - 1))
 
 def sampling_params(cfg: RLConfig, seed: int):
-    "The rollout's SamplingParams: G samples per prompt at the run's temperature / top-k / top-p."
+    "The rollout's SamplingParams: G samples per prompt at the run's temperature / top-k / top-p, with log q."
     from maxpost.engine import SamplingParams
     return SamplingParams(temperature=cfg.decode_sampling_temperature, top_k=cfg.decode_sampling_top_k,
                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length,
-                          n=cfg.num_generations, seed=seed)
+                          n=cfg.num_generations, seed=seed, sampling_logprobs=True)
 
 _NOT_COLUMNS = ("prompt_ids", "prompt", "dataset_index")
 
@@ -123,12 +127,16 @@ def score(rows: list, results: list, fns, weights, answer_column: str = "answer"
     return combine_rewards(fns, weights, prompts, [r.text for r in results], **cols)
 
 # %% ../../nbs/10b_rl_rollout.ipynb #5df07e9a
+def engine_logq(r) -> np.ndarray:
+    "The engine's log q of each sampled token: log-probs under the sampling distribution when it returned them."
+    return np.asarray(r.sampling_logprobs if r.sampling_logprobs is not None else r.logprobs, np.float32)
+
 def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
-    "Fixed-shape [B, T] training arrays of engine `results` (GenerationResult list)."
+    "Fixed-shape [B, T] training arrays of engine `results` (GenerationResult list), with the engine's log q."
     B = len(results)
     a = {k: np.zeros((B, T), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
     a["completion_mask"] = np.zeros((B, T), np.float32)
-    if with_engine_logps: a["old_logps"] = np.zeros((B, T), np.float32)
+    a["engine_logps"] = np.zeros((B, T), np.float32)
     for i, r in enumerate(results):
         p, c = list(r.prompt_token_ids), list(r.token_ids)
         seq = (p + c)[:T + 1]
@@ -137,15 +145,59 @@ def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
         a["positions"][i, :n] = np.arange(n); a["segment_ids"][i, :n] = 1
         lo, hi = len(p) - 1, min(len(p) - 1 + len(c), T)
         a["completion_mask"][i, lo:hi] = 1.0
-        if with_engine_logps: a["old_logps"][i, lo:hi] = np.asarray(r.logprobs, np.float32)[:hi - lo]
+        a["engine_logps"][i, lo:hi] = engine_logq(r)[:hi - lo]
+    if with_engine_logps: a["old_logps"] = a["engine_logps"].copy()
+    return a
+
+def _round_up(n: int, m: int) -> int: return -(-n // m) * m
+
+def row_bucket(n: int, multiple: int = 1) -> int:
+    "`n` rounded up to 2^k or 3·2^k (at most a third wasted, few shapes), then to a multiple of `multiple`."
+    p = 1
+    while p < n: p *= 2
+    return _round_up(p * 3 // 4 if p >= 4 and p * 3 // 4 >= n else p, multiple)
+
+ROW_KEYS = ("inputs", "positions", "segment_ids")   # packed keys with [M·R, L] rows; the others are [B, C] per completion
+
+def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, row_multiple: int = 1) -> dict:
+    """Packed training arrays of engine `results`: each prompt + completion at its real length, first-fit into rows of
+    length L (the longest sequence rounded up to `bucket`), minibatch j in rows [j·R, (j+1)·R).
+    Per-completion arrays [B, C] (C: the longest completion rounded up to `bucket`): `targets`, `completion_mask`,
+    `engine_logps`, and `gather`, the flat index into the [M·R·L] positions that predicts each completion token."""
+    from maxpost.data import pack_first_fit
+    B, M = len(results), num_minibatches
+    b = B // M
+    seqs = [(list(r.prompt_token_ids) + list(r.token_ids))[:T + 1] for r in results]
+    n = [len(s) - 1 for s in seqs]                                           # positions with a next token
+    lo = [len(r.prompt_token_ids) - 1 for r in results]
+    nc = [max(0, min(len(r.token_ids), n_ - l)) for r, n_, l in zip(results, n, lo)]
+    L = _round_up(max(n), bucket); C = min(T, _round_up(max(max(nc), 1), bucket))
+    bins = [pack_first_fit(n[j * b:(j + 1) * b], L) for j in range(M)]
+    R = row_bucket(max(len(x) for x in bins), row_multiple)
+    a = {k: np.zeros((M * R, L), np.int32) for k in ROW_KEYS}
+    a["targets"], a["gather"] = np.zeros((B, C), np.int32), np.zeros((B, C), np.int32)
+    a["completion_mask"], a["engine_logps"] = np.zeros((B, C), np.float32), np.zeros((B, C), np.float32)
+    for j, rows in enumerate(bins):
+        for r, items in enumerate(rows):
+            row, off = j * R + r, 0
+            for k, local in enumerate(items, 1):
+                i = j * b + local; s, m = seqs[i], n[i]
+                a["inputs"][row, off:off + m] = s[:-1]; a["positions"][row, off:off + m] = np.arange(m)
+                a["segment_ids"][row, off:off + m] = k
+                c = nc[i]
+                a["targets"][i, :c] = s[lo[i] + 1:lo[i] + 1 + c]
+                a["gather"][i, :c] = row * L + off + lo[i] + np.arange(c)
+                a["completion_mask"][i, :c] = 1.0
+                a["engine_logps"][i, :c] = engine_logq(results[i])[:c]
+                off += m
     return a
 
 # %% ../../nbs/10b_rl_rollout.ipynb #2c89d340
 def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: float = 0.0, seed: int = 0,
-                  max_tokens: int = 256, answer_column: str = "answer") -> dict:
+                  max_tokens: int = 256, answer_column: str = "answer", top_k: int = 0, top_p: float = 1.0) -> dict:
     "Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n."
     from maxpost.engine import SamplingParams
-    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed)
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p)
     ids = [int(r.get("dataset_index", i)) for i, r in enumerate(rows)]
     res = engine.generate([r["prompt_ids"] for r in rows], sp, stream_ids=ids)
     total, per_fn, err = score(rows, res, fns, weights, answer_column)
@@ -173,9 +225,11 @@ def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
 def evaluate_gsm8k(engine, tokenizer, rows: list, cfg: RLConfig, seed: int, out_dir) -> dict:
     "maxpost.evaluate on question/answer `rows` (accuracy, format accuracy, … with 95% CIs), as name → {mean, lo, hi, n}."
     from maxpost.evaluate import evaluate
-    K, temp = cfg.eval_num_samples, cfg.eval_temperature
-    ecfg = dict(eval_mode="pass_at_1" if K == 1 and temp == 0 else "pass", num_eval_passes=K, temperature=temp,
-                template=cfg.prompt_template, few_shot=cfg.few_shot, max_tokens=cfg.max_completion_length, seed=seed,
+    K, temp = cfg.num_eval_passes, cfg.eval_temperature
+    mode = cfg.eval_mode or ("pass_at_1" if K == 1 and temp == 0 else "pass")
+    ecfg = dict(eval_mode=mode, num_eval_passes=K, decode_sampling_temperature=temp,
+                decode_sampling_top_k=cfg.eval_top_k, decode_sampling_nucleus_p=cfg.eval_top_p,
+                prompt_template=cfg.prompt_template, few_shot=cfg.few_shot, max_completion_length=cfg.max_completion_length, seed=seed,
                 batch_size=cfg.batch_size * cfg.num_generations, max_prefill_length=cfg.max_prefill_predict_length)
     qa = [{"question": r[cfg.prompt_column], "answer": r[cfg.answer_column]} for r in rows]
     summary, _ = evaluate(engine, tokenizer, qa, ecfg, out_dir=out_dir, progress=False)

@@ -9,6 +9,7 @@ Docs: https://maxpost.github.io/maxpost/rl_trainer.html.md"""
 # %% ../../nbs/10c_rl_trainer.ipynb #9b50f82f
 from __future__ import annotations
 import json, sys, time
+from typing import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -20,24 +21,28 @@ from flax import nnx
 
 from ..config import ConfigError
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
-from ..losses import LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty, policy_loss
-from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora
+from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty,
+                            policy_loss, rollout_is_weights, rollout_mismatch)
+from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
 from ..loop import RunLoop, jit_sharded, train_state_shardings
 from ..sft import DTYPES, map_position_chunks
 from ..sharding import named_sharding, replicated, tree_shardings
-from .config import RLConfig, check_config
+from jax.sharding import NamedSharding, PartitionSpec
+from .config import RLConfig, check_config, importance_sampling
 from .rollout import (PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
-                                load_rewards, rollout_arrays, round_seed, sampling_params, score, summarize_eval)
+                                load_rewards, pack_rollout, rollout_arrays, round_seed, sampling_params, score, summarize_eval,
+                                ROW_KEYS)
 
 # %% auto #0
-__all__ = ['token_logps_entropy', 'RLTrainer', 'rl_step', 'load_policy_base', 'make_rollout_engine', 'before_after_table',
-           'train']
+__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'load_policy_base',
+           'make_rollout_engine', 'before_after_table', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
-def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256):
-    "(log π(targets) [B, T], entropy [B, T]) in float32, `chunk_size` positions of logits at a time."
+def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256, temperature: float = 1.0):
+    "(log π_τ(targets) [B, T], entropy [B, T]) of softmax(z/τ) in float32, `chunk_size` positions of logits at a time."
     def one(hc, tc):
         z = logits_fn(hc).astype(jnp.float32)                                    # [c, V]
+        if temperature != 1.0: z = z / temperature
         lse = jax.nn.logsumexp(z, axis=-1)
         lp = jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0] - lse
         zs = jax.lax.stop_gradient(z)
@@ -53,35 +58,32 @@ class RLTrainer:
         self.cfg, self.lc, self.mcfg = cfg, lc, mcfg
         self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
-        abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=self.dtype, param_dtype=self.wdtype,
-                                                  remat=cfg.remat_policy == "full"))
-        self.graphdef, _ = nnx.split(abstract)
-        shapes = param_shapes(mcfg)
-        base_sh = tree_shardings(self.mesh, PARAM_AXES, shapes)
-        base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(self.wdtype)), base_sh[k]) for k in shapes}
-        self.lora_scale = cfg.lora_scale
+        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype)
+        base, abs_params = w.base, w.abs_params
+        self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
         self.use_ref = lc.beta > 0
-        if cfg.use_lora:
-            self.lora_names = lora_targets(cfg.lora_module_path)
-            ax, ls = lora_axes(self.lora_names), lora_shapes(mcfg, cfg.lora_rank, self.lora_names)
-            self.param_sh = {k: {p: named_sharding(self.mesh, ax[k][p], ls[k][p]) for p in ("a", "b")} for k in ls}
-            self.frozen, self.frozen_sh, self._base = base, base_sh, None   # reference = frozen base, lora=None
-            abs_params = jax.eval_shape(self._init_lora, jax.random.key(0))
-        else:
-            self.lora_names, self.param_sh, self.frozen, self.frozen_sh, self._base = [], base_sh, {}, {}, base
-            abs_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base)
+        if cfg.use_lora: self.frozen, self.frozen_sh, self._base = base, w.base_sh, None   # reference: base, lora=None
+        else: self.frozen, self.frozen_sh, self._base = {}, {}, base
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
         self.ref = (base if cfg.use_lora else jax.tree.map(jnp.copy, base)) if self.use_ref else None
         n_updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
         self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
         self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
-        # batches and outputs replicated (None); params and frozen weights on their shardings
-        logps = lambda policy, sh: jit_sharded(partial(self._logps_fn, policy=policy), self.mesh, (*sh, None), None)
+        self.temperature = float(cfg.decode_sampling_temperature)   # log-probs of softmax(z/τ): the sampled policy
+        self.is_mode = importance_sampling(cfg)                      # rollout correction, None when off
+        # batch rows (and log-prob outputs) split over fsdp when a minibatch's rows divide evenly, else replicated
+        n_fsdp = self.mesh.shape["fsdp"]
+        even = (cfg.batch_size * cfg.num_generations // cfg.num_minibatches) % n_fsdp == 0
+        self.rows_sh = NamedSharding(self.mesh, PartitionSpec("fsdp")) if even else replicated(self.mesh)
+        self.row_multiple = n_fsdp if even else 1                    # packed row counts rounded to a multiple of it
+        # params and frozen weights on their shardings; batch rows on rows_sh
+        logps = lambda policy, sh: jit_sharded(partial(self._logps_fn, policy=policy), self.mesh, (*sh, self.rows_sh),
+                                               self.rows_sh)
         self._policy_logps = logps(True, (self.param_sh, self.frozen_sh))
         if self.use_ref:   # LoRA: the base with lora=None; full fine-tuning: the frozen copy in the trainable slot
             self._ref_logps = logps(False, ({}, self.frozen_sh)) if cfg.use_lora else logps(True, (self.param_sh, {}))
-        self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, None),
+        self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, self.rows_sh),
                                    (self.state_sh, None), donate_argnums=(0,))
 
     def _init_lora(self, key):
@@ -100,17 +102,22 @@ class RLTrainer:
         "`x` replicated on the mesh, where the state keeps its step and RNG."
         return jax.device_put(x, self.state_sh["step"])
 
+    def put(self, batch: dict) -> dict:
+        "A batch (numpy) on the mesh, its rows split over fsdp (`rows_sh`)."
+        return {k: jax.device_put(v, self.rows_sh) for k, v in batch.items()}
+
     def model_and_lora(self, trainable, frozen):
         "(Decoder, lora argument) for trainable params."
         if self.cfg.use_lora: return nnx.merge(self.graphdef, frozen), lora_terms(trainable, self.lora_scale)
         return nnx.merge(self.graphdef, trainable), None
 
     def _forward(self, trainable, frozen, batch, policy: bool = True):
-        "(log π [B, T], entropy [B, T]) of the batch's targets."
+        "(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion positions."
         model, lora = self.model_and_lora(trainable, frozen)
         if not policy: lora = None
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
-        return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size)
+        if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
+        return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature)
 
     def _logps_fn(self, trainable, frozen, batch, policy: bool = True):
         return self._forward(trainable, frozen, batch, policy)[0]
@@ -129,8 +136,15 @@ class RLTrainer:
         logp, ent = self._forward(trainable, frozen, mb)
         mask = mb["completion_mask"]
         old = mb["old_logps"] if "old_logps" in mb else None
-        loss, m = policy_loss(logp, old, mb["advantages"], mask, **lc.policy_loss_kwargs())
-        m = dict(m, pg_loss=loss)
+        m, isw = {}, None
+        if "engine_logps" in mb:   # engine q against the trainer's π_old: measured always, corrected when on
+            old_v = jax.lax.stop_gradient(logp) if old is None else old
+            m = rollout_mismatch(old_v, mb["engine_logps"], mask)
+            if self.is_mode:
+                isw, st = rollout_is_weights(old_v, mb["engine_logps"], mask, self.is_mode, self.cfg.importance_sampling_cap)
+                m |= st
+        loss, pm = policy_loss(logp, old, mb["advantages"], mask, is_weights=isw, **lc.policy_loss_kwargs())
+        m = dict(m, **pm, pg_loss=loss)
         if self.use_ref:
             kl_tok = kl_penalty(logp, mb["ref_logps"], lc.kl_method)
             kl = aggregate_loss(kl_tok, mask, lc.loss_agg_mode, lc.max_completion_length)
@@ -160,6 +174,28 @@ class RLTrainer:
         return jax.tree.map(jnp.copy, state["params"])    # a copy: the next update donates the state's buffers
 
 # %% ../../nbs/10c_rl_trainer.ipynb #8a5e0f91
+def training_batch(trainer: RLTrainer, results) -> dict:
+    "The rollout's training arrays (numpy): packed at real lengths (`packing`) or fixed [B, T] rows."
+    cfg = trainer.cfg
+    T = cfg.max_prefill_predict_length + cfg.max_completion_length
+    if not cfg.packing: return rollout_arrays(results, T, cfg.use_engine_logprobs)
+    b = pack_rollout(results, T, cfg.packing_bucket, cfg.num_minibatches, trainer.row_multiple)
+    if cfg.use_engine_logprobs: b["old_logps"] = b["engine_logps"].copy()
+    return b
+
+def minibatch(batch: dict, j: int, M: int) -> dict:
+    "Minibatch `j` of `M` of a training batch: its completions, and for a packed batch its rows (`gather` made local)."
+    B = batch["completion_mask"].shape[0]; b = B // M
+    packed = "gather" in batch
+    out = {}
+    for k, v in batch.items():
+        if packed and k in ROW_KEYS: R = v.shape[0] // M; out[k] = v[j * R:(j + 1) * R]
+        else: out[k] = v[j * b:(j + 1) * b]
+    if packed:
+        off = j * out["inputs"].shape[0] * out["inputs"].shape[1]
+        out["gather"] = np.where(out["completion_mask"] > 0, out["gather"] - off, 0).astype(np.int32)
+    return out
+
 def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, weights) -> tuple[dict, dict, list]:
     "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
     cfg, lc = trainer.cfg, trainer.lc
@@ -192,24 +228,23 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3])
     rewards = np.concatenate(kept_r)                                           # [P·G]
     adv = np.asarray(group_advantages(rewards, G, lc.advantage_method, lc.advantage_eps))
-    batch = rollout_arrays(kept_res, T, cfg.use_engine_logprobs)
+    M = cfg.num_minibatches
+    batch = training_batch(trainer, kept_res)
     batch["advantages"] = adv.astype(np.float32)
-    dev = {k: jnp.asarray(v) for k, v in batch.items()}
 
     t0 = time.perf_counter()
-    if trainer.recompute_old and not cfg.use_engine_logprobs:
-        dev["old_logps"] = trainer.policy_logps(state, dev)
-    elif not trainer.recompute_old and not cfg.use_engine_logprobs:
-        dev.pop("old_logps", None)
-    if trainer.use_ref: dev["ref_logps"] = trainer.ref_logps(dev)
-    jax.block_until_ready(dev); t["reference"] = time.perf_counter() - t0
+    if trainer.recompute_old and not cfg.use_engine_logprobs or trainer.use_ref:
+        dev = trainer.put(batch)
+        if trainer.recompute_old and not cfg.use_engine_logprobs:
+            batch["old_logps"] = np.asarray(jax.device_get(trainer.policy_logps(state, dev)))
+        if trainer.use_ref: batch["ref_logps"] = np.asarray(jax.device_get(trainer.ref_logps(dev)))
+    t["reference"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    B, M = P * G, cfg.num_minibatches
+    mbs = [trainer.put(minibatch(batch, j, M)) for j in range(M)]
     ms = []
     for it in range(cfg.num_iterations):
-        for j in range(M):
-            mb = {k: v[j * (B // M):(j + 1) * (B // M)] for k, v in dev.items()}
+        for mb in mbs:
             state, m = trainer.update(state, mb)
             ms.append(m)
     ms = jax.device_get(ms)
@@ -233,7 +268,10 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = float(v.mean()), float(v.std())
     last = ms[-1]
     for k in ms[0]:
-        out[k] = float(np.mean([float(m[k]) for m in ms]))
+        if k.startswith(("sampling/", "rollout_corr/")):   # engine vs π_old: the first pass, where π_old is exact
+            v = [float(m[k]) for m in ms[:M]]
+            out[k] = max(v) if k.endswith("/max") else min(v) if k.endswith("/min") else float(np.mean(v))
+        else: out[k] = float(np.mean([float(m[k]) for m in ms]))
     for k in ("clip_frac", "ratio_mean", "ratio_min", "ratio_max"):
         out[f"last_{k}"] = float(last[k])
     total_t = sum(t.values())
@@ -269,18 +307,20 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
                           max_len=cfg.max_prefill_predict_length + cfg.max_completion_length,
                           max_prefill=cfg.max_prefill_predict_length, stop_token_ids=stop)
     else:
-        eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype)
+        vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm)
+        if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
+        eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype,
+                          logprobs_mode="processed_logprobs", **vkw)      # log q of the sampling distribution
     eng.sync_weights(trainer.engine_params(state))
     return eng
 
 def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None) -> list[str]:
     "PNG plots: reward curves and RL diagnostics per step; before/after bars."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure     # no pyplot: the caller's backend (a notebook's inline one) is left alone
     paths = []
     if records:
         steps = [r["step"] for r in records]
-        fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+        fig = Figure(figsize=(15, 4)); ax = fig.subplots(1, 3)
         for k in sorted(k for k in records[0] if k.startswith("rewards/") and k.endswith("/mean")):
             ax[0].plot(steps, [r[k] for r in records], label=k.split("/")[1])
         ax[0].plot(steps, [r["reward_mean"] for r in records], "k", label="total"); ax[0].legend(); ax[0].set_title("reward")
@@ -289,17 +329,17 @@ def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None)
         ax[1].legend(); ax[1].set_title("KL / entropy / clip fraction")
         ax[2].plot(steps, [r["completion_length_mean"] for r in records]); ax[2].set_title("completion length")
         for a in ax: a.set_xlabel("step")
-        fig.tight_layout(); p = run_dir / "rl_curves.png"; fig.savefig(p, dpi=80); plt.close(fig); paths.append(str(p))
+        fig.tight_layout(); p = run_dir / "rl_curves.png"; fig.savefig(p, dpi=80); paths.append(str(p))
     if before and after:
         keys = [k for k in before if k in after and before[k]["lo"] is not None]
-        fig, ax = plt.subplots(figsize=(1.6 * len(keys) + 2, 4))
+        fig = Figure(figsize=(1.6 * len(keys) + 2, 4)); ax = fig.subplots()
         x = np.arange(len(keys))
         for off, (lab, s) in zip((-0.2, 0.2), (("before", before), ("after", after))):
             m = np.array([s[k]["mean"] for k in keys])
             err = np.array([[max(m[i] - s[k]["lo"], 0.0), max(s[k]["hi"] - m[i], 0.0)] for i, k in enumerate(keys)]).T
             ax.bar(x + off, m, 0.4, yerr=err, label=lab, capsize=3)
         ax.set_xticks(x, keys, rotation=20); ax.legend(); ax.set_title("evaluation before / after RL (95% CI)")
-        fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); plt.close(fig); paths.append(str(p))
+        fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); paths.append(str(p))
     return paths
 
 def before_after_table(before: dict, after: dict) -> str:
@@ -310,16 +350,22 @@ def before_after_table(before: dict, after: dict) -> str:
         if k in after: lines.append(f"| {k} | {fmt(before[k])} | {fmt(after[k])} |")
     return "\n".join(lines)
 
-def train(cfg: RLConfig) -> dict:
+def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     "Run (or resume) RL as `cfg` says, as a step function on maxpost.loop.RunLoop; returns a summary."
+    # extra_rewards: reward functions `fn(prompts, completions, **columns) -> list[float]` defined in Python (a
+    # notebook), used after those `cfg` names; `reward_weights`, when set, has one weight for each of them all
+    from maxpost.distributed import resolve
+    if resolve(cfg)["num_processes"] > 1:          # not yet: each process would sample and train on its own
+        raise ConfigError("RL runs on one process only for now (num_processes > 1 is SFT and evaluation's)",
+                          key="num_processes")
     lc = check_config(cfg)
-    fns, weights = load_rewards(cfg)
+    fns, weights = load_rewards(cfg, extra_rewards)
     check_dataset(cfg)
     mcfg, base, tok, tok_dir = load_policy_base(cfg)
     train_rows, skipped = load_prompts(cfg, tok, cfg.train_split, None if cfg.num_train_rows < 0 else cfg.num_train_rows)
     eval_rows = []
     if cfg.eval_before_after:
-        eval_rows, _ = load_prompts(cfg, tok, cfg.eval_split, cfg.num_eval_rows if cfg.num_eval_rows > 0 else None)
+        eval_rows, _ = load_prompts(cfg, tok, cfg.eval_split, cfg.num_eval_prompts)
     if len(train_rows) < cfg.batch_size:
         raise ConfigError(f"{len(train_rows)} training prompts for batch_size={cfg.batch_size}")
     trainer = RLTrainer(cfg, lc, mcfg, base)
@@ -330,8 +376,9 @@ def train(cfg: RLConfig) -> dict:
     engine = make_rollout_engine(cfg, trainer, run.state, tok)
     def ev(seed, tag):
         "The run's reward functions on the eval rows, plus maxpost.evaluate's GSM8K metrics for question/answer data."
-        out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.eval_num_samples,
-                                           cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column))
+        out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.num_eval_passes,
+                                           cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column,
+                                           top_k=cfg.eval_top_k, top_p=cfg.eval_top_p))
         if cfg.dataset_type != "synthetic":
             out |= evaluate_gsm8k(engine, tok, eval_rows, cfg, seed, run_dir / f"eval_{tag}")
         return out
