@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import Config, ConfigError, load_config, output_dir, run_cli
+from .metrics import paired_difference
 from .checkpoint import HFCheckpoint
 from .convert.from_gguf import embedded_hf
 from .convert.to_maxpost import to_maxpost
@@ -23,8 +24,8 @@ from .convert.to_huggingface import to_huggingface
 from .convert.check_logits import check_logits
 
 # %% auto #0
-__all__ = ['STAGES', 'DemoConfig', 'convert_and_check', 'parity_ok', 'sft_stage', 'rl_stage', 'evaluate_stage', 'paired_gain',
-           'checks', 'format_report', 'plot_report', 'run', 'main']
+__all__ = ['STAGES', 'DemoConfig', 'convert_and_check', 'parity_ok', 'sft_stage', 'rl_stage', 'evaluate_stage', 'checks',
+           'format_report', 'plot_report', 'run', 'main']
 
 # %% ../nbs/90_demo.ipynb #d8ec70c0
 class DemoConfig(Config):
@@ -129,12 +130,6 @@ def evaluate_stage(c: DemoConfig, out: Path, models: dict) -> dict:
         res[name] = dict(summary=summary, correct=[bool(r["correct"][0]) for r in recs])
     return res
 
-def paired_gain(a: list, b: list, n_boot: int = 2000, seed: int = 0) -> dict:
-    "Mean of b - a over problems with its 95% paired bootstrap interval."
-    from maxpost.metrics import bootstrap_ci
-    d = np.asarray(b, np.float64) - np.asarray(a, np.float64)
-    lo, hi = bootstrap_ci(d, n_boot=n_boot, seed=seed)
-    return {"value": float(d.mean()), "ci": [lo, hi]}
 
 # %% ../nbs/90_demo.ipynb #67d355d7
 def checks(rep: dict) -> dict[str, bool]:
@@ -147,11 +142,12 @@ def checks(rep: dict) -> dict[str, bool]:
     ev = rep.get("evaluate", {})
     if "shipped" in ev and len(ev) > 1:
         last = list(ev)[-1]
-        g = paired_gain(ev["shipped"]["correct"], ev[last]["correct"])
+        g = paired_difference(ev["shipped"]["correct"], ev[last]["correct"], n_boot=2000)
         rep.setdefault("gains", {})[f"{last} - shipped"] = g
         out[f"evaluate: accuracy gain of {last} over the shipped model has a 95% interval above 0"] = g["ci"][0] > 0
     if "sft" in ev and "grpo" in ev:
-        rep.setdefault("gains", {})["grpo - sft"] = paired_gain(ev["sft"]["correct"], ev["grpo"]["correct"])
+        rep.setdefault("gains", {})["grpo - sft"] = paired_difference(ev["sft"]["correct"], ev["grpo"]["correct"],
+                                                                   n_boot=2000)
     return out
 
 def _ci(v: dict) -> str: return f"{v['value']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"

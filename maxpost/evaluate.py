@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from .config import Config, ConfigError, alias, dump_config, load_config, output_dir, run_cli
 from .distributed import DistributedKeys, gather_json, initialize, is_main_process
 from .engine import ENGINES, SamplingParams, check_engine, load_tokenizer, make_engine
-from .metrics import bootstrap_ci, format_summary, read_jsonl, summarize, write_jsonl
+from .metrics import format_summary, paired_difference, read_jsonl, summarize, write_jsonl
 from .data_sources import prompt_messages
 from .model import PRESETS, Decoder
 from .rewards.answers import extract_answer, is_correct
@@ -168,8 +168,8 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
         if bar is not None: bar.update(len(idx))
     if bar is not None: bar.close()
     if P > 1:                                          # every process gets every record, in problem order
-        from maxpost.metrics import _json_default       # each record as the JSONL line it becomes (key order kept)
-        got = gather_json({"records": [json.dumps(r, ensure_ascii=False, default=_json_default)
+        from maxpost.metrics import json_default       # each record as the JSONL line it becomes (key order kept)
+        got = gather_json({"records": [json.dumps(r, ensure_ascii=False, default=json_default)
                                        for r in records if r is not None], "tokens": ntok})
         ntok = sum(g["tokens"] for g in got)
         for r in (json.loads(line) for g in got for line in g["records"]): records[r["index"]] = r
@@ -205,8 +205,7 @@ def compare_runs(a, b, n_boot: int = 1000, seed: int = 0) -> dict:
     prefix = [1.0 if x == y else len(os.path.commonprefix((x, y))) / max(len(x), len(y)) for x, y in zip(ta, tb)]
     ca, cb = flat(a, "correct"), flat(b, "correct")
     share = lambda xs: float(np.mean(xs))
-    d = np.array([np.mean(rb["correct"]) - np.mean(ra["correct"]) for ra, rb in zip(a, b)], np.float64)   # [P]
-    diff = dict(value=float(d.mean()), ci=[float(x) for x in bootstrap_ci(d, n_boot=n_boot, seed=seed)])
+    diff = paired_difference([np.mean(r["correct"]) for r in a], [np.mean(r["correct"]) for r in b], n_boot, seed)
     return dict(n_problems=len(a), n_pairs=len(ta), identical=share([x == y for x, y in zip(ta, tb)]),
                 common_prefix=share(prefix),
                 same_answer=share([x == y for x, y in zip(flat(a, "answers"), flat(b, "answers"))]),

@@ -17,8 +17,9 @@ from .rewards.answers import completion_text, extract_answer, is_correct, normal
 from .rewards.gsm8k import format_gold, format_ok
 
 # %% auto #0
-__all__ = ['pass_at_k', 'majority_answer', 'maj_at_k', 'wilson_interval', 'bootstrap_ci', 'summarize', 'format_summary',
-           'write_jsonl', 'read_jsonl', 'rescore_record', 'score_completions_file', 'plot_accuracy']
+__all__ = ['pass_at_k', 'majority_answer', 'maj_at_k', 'wilson_interval', 'bootstrap_ci', 'paired_difference', 'summarize',
+           'format_summary', 'json_default', 'write_jsonl', 'read_jsonl', 'rescore_record', 'score_completions_file',
+           'plot_accuracy']
 
 # %% ../nbs/08_metrics.ipynb #c2431330
 def pass_at_k(n, c, k: int):
@@ -86,6 +87,14 @@ def bootstrap_ci(per_problem_values, n_boot: int = 1000, seed: int = 0, alpha: f
     lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
+# %% ../nbs/08_metrics.ipynb #bd1720bd
+def paired_difference(a, b, n_boot: int = 1000, seed: int = 0) -> dict:
+    "Mean over problems of `b - a` (per-problem values of two runs, paired by problem), with its 95% bootstrap interval."
+    a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)   # [P], [P]
+    if a.shape != b.shape: raise ValueError(f"the runs cover different numbers of problems: {a.size} vs {b.size}")
+    d = b - a                                                                               # [P]
+    return {"value": float(d.mean()), "ci": [float(x) for x in bootstrap_ci(d, n_boot=n_boot, seed=seed)]}
+
 # %% ../nbs/08_metrics.ipynb #6cabab82
 def _metric(per_problem: np.ndarray, binary: bool, n_boot: int, seed: int, z: float = 1.96) -> dict:
     "Mean of per-problem values [P] with a Wilson (0/1 values) or bootstrap 95% interval."
@@ -141,7 +150,8 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 # %% ../nbs/08_metrics.ipynb #0d004347
-def _json_default(o):
+def json_default(o):
+    "`json.dumps`'s `default` for numpy scalars and arrays (what evaluation records hold)."
     if isinstance(o, np.generic): return o.item()
     if isinstance(o, np.ndarray): return o.tolist()
     if isinstance(o, Path): return str(o)
@@ -153,7 +163,7 @@ def write_jsonl(records: Iterable[dict], path) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in records: f.write(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n")
+            for r in records: f.write(json.dumps(r, ensure_ascii=False, default=json_default) + "\n")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp): os.unlink(tmp)

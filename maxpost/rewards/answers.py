@@ -9,11 +9,11 @@ from __future__ import annotations
 import math, re
 from fractions import Fraction
 
-from .sandbox import _mv_equal
+from .sandbox import mv_equal
 
 # %% auto #0
-__all__ = ['MAX_COMPLETION_CHARS', 'MAX_ANSWER_CHARS', 'MAX_NUMBER_CHARS', 'content_text', 'completion_text', 'extract_answer',
-           'normalize_number', 'is_correct']
+__all__ = ['MAX_COMPLETION_CHARS', 'MAX_ANSWER_CHARS', 'MAX_NUMBER_CHARS', 'content_text', 'completion_text', 'last_hash',
+           'extract_answer', 'normalize_number', 'is_correct']
 
 # %% ../../nbs/07a_answers.ipynb #67db1d91
 MAX_COMPLETION_CHARS = 32_768  # a completion is cut to its last this-many characters before any parsing
@@ -64,7 +64,7 @@ def _last_answer_tag(text: str) -> str | None:
     open_ = text.rfind("<answer>", 0, close)
     return None if open_ < 0 else text[open_ + len("<answer>"):close]
 
-def _last_hash(text: str) -> str | None:
+def last_hash(text: str) -> str | None:
     "The rest of the line after the last `####`."
     last = None
     for m in _HASH_LINE.finditer(text): last = m
@@ -73,7 +73,7 @@ def _last_hash(text: str) -> str | None:
 def _unwrap(s: str | None) -> str | None:
     "Strip one more `\\boxed{}` or `####` inside an answer, then whitespace; `None` if empty or too long."
     if s is None: return None
-    for inner in (_last_boxed(s), _last_hash(s)):
+    for inner in (_last_boxed(s), last_hash(s)):
         if inner is not None: s = inner; break
     s = s.strip()
     return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
@@ -82,7 +82,7 @@ def extract_answer(text, fallback_last_number: bool = False, max_chars: int = MA
     "The final answer in `text` (`<answer>` tag > `\\boxed{}` > `####`, last occurrence of each), or `None`."
     text = completion_text(text)
     if len(text) > max_chars: text = text[-max_chars:]  # answers sit at the end; bound all later work
-    for find in (_last_answer_tag, _last_boxed, _last_hash):
+    for find in (_last_answer_tag, _last_boxed, last_hash):
         found = find(text)
         if found is not None: return _unwrap(found)
     if fallback_last_number:
@@ -165,6 +165,6 @@ def is_correct(pred, gold, rel_tol: float = 1e-6, use_math_verify: bool = True) 
     if p is not None and g is not None: return _numbers_equal(p, g, rel_tol)
     if _squash(pred) == _squash(gold): return bool(pred.strip())
     if use_math_verify:
-        same = _mv_equal(pred.strip(), gold.strip())
+        same = mv_equal(pred.strip(), gold.strip())
         if same is not None: return same
     return False

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .answers import MAX_COMPLETION_CHARS, _last_hash, completion_text, normalize_number
+from .answers import MAX_COMPLETION_CHARS, last_hash, completion_text, normalize_number
 
 # %% auto #0
 __all__ = ['QA_DATASETS', 'PROMPT_TEMPLATES', 'gsm8k_path', 'load_gsm8k', 'format_gold', 'gsm8k_reasoning', 'load_qa_dataset',
@@ -45,7 +45,7 @@ def format_gold(answer_field: str) -> str | None:
     "The gold number of a GSM8K `answer` string ('... #### 72' -> '72'); a bare answer is normalised as is."
     if answer_field is None: return None
     s = str(answer_field)
-    tail = _last_hash(s)
+    tail = last_hash(s)
     s = (tail if tail is not None else s).strip()
     return normalize_number(s) or (s or None)
 

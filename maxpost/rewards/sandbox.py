@@ -11,7 +11,8 @@ import importlib.util, json, logging, os, re, sys, threading, time
 logger = logging.getLogger("maxpost.rewards")
 
 # %% auto #0
-__all__ = ['logger', 'MV_MAX_CHARS', 'MV_MAX_DEPTH', 'MV_TIMEOUT_S', 'MV_MEMORY_BYTES', 'MV_STARTUP_S', 'warm_math_verify']
+__all__ = ['logger', 'MV_MAX_CHARS', 'MV_MAX_DEPTH', 'MV_TIMEOUT_S', 'MV_MEMORY_BYTES', 'MV_STARTUP_S', 'warm_math_verify',
+           'mv_equal']
 
 # %% ../../nbs/07b_math_verify.ipynb #d457e7bf
 MV_MAX_CHARS = 200             # math_verify only sees strings up to this long ...
@@ -132,7 +133,7 @@ def _depth(s: str) -> int:
         elif ch in ")]}": d = max(d - 1, 0)
     return best
 
-def _mv_equal(pred: str, gold: str, timeout_s: float = MV_TIMEOUT_S) -> bool | None:
+def mv_equal(pred: str, gold: str, timeout_s: float = MV_TIMEOUT_S) -> bool | None:
     "Symbolic equality by math_verify's LaTeX parser in the bounded worker; None when not decided."
     if not _mv_available(): return None
     if max(len(pred), len(gold)) > MV_MAX_CHARS or max(_depth(pred), _depth(gold)) > MV_MAX_DEPTH: return None
