@@ -308,7 +308,7 @@ def output_dir(base_output_directory: str, run_name: str = "") -> Path:
 def user_errors() -> tuple:
     "Exception classes that mean bad input (modules already imported only: nothing is imported here)."
     out = [ValueError, yaml.YAMLError]
-    if "maxpost.data" in sys.modules: out.append(sys.modules["maxpost.data"].DataLoadError)
+    if "maxpost.data_sources" in sys.modules: out.append(sys.modules["maxpost.data_sources"].DataLoadError)
     ex = sys.modules.get("datasets.exceptions")
     if ex is not None and hasattr(ex, "DatasetGenerationError"): out.append(ex.DatasetGenerationError)
     return tuple(out)

@@ -13,53 +13,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .data_sources import load_sft_dataset
+
 logger = logging.getLogger("maxpost.data")
 
 # %% auto #0
-__all__ = ['logger', 'SCHEMAS', 'CALCULATOR_ANNOTATION', 'ANSWER_FORMATS', 'BATCH_KEYS', 'DataLoadError', 'load_sft_dataset',
-           'BadRow', 'detect_schema', 'strip_calculator', 'format_answer', 'to_messages', 'chat_text_spans',
-           'mask_from_offsets', 'trained_pieces', 'show_mask', 'SFTExample', 'DataReport', 'tokenize_sft',
-           'tokenize_chat', 'pack_first_fit', 'collate', 'SFTDataIterator', 'default_sft_dataset', 'load_sft_examples']
-
-# %% ../nbs/04_data.ipynb #783b5373
-class DataLoadError(OSError):
-    "A dataset could not be loaded; the message says what was tried."
-
-_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
-
-def _looks_local(s: str) -> bool:
-    "True for strings that can only mean a local path (so a typo is not sent to the hub)."
-    return s.startswith(("/", "./", "../", "~")) or Path(s).suffix.lower() in _BUILDERS
-
-def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=None, num_rows: int | None = None,
-                     name: str | None = None, data_dir: str | None = None):
-    "A `datasets.Dataset` from a local file or folder, a `save_to_disk` folder, or a hub id."
-    # path_or_id: .json/.jsonl/.parquet/.csv file, a folder, or a hub id ('openai/gsm8k') / builder name ('json')
-    # split: the split to return; data_files: passed to `load_dataset` (hub ids and builder names)
-    # num_rows: keep only the first this-many rows; name: the hub dataset's config name ('main' for GSM8K)
-    # data_dir: load_dataset's data_dir (a sub-folder of a hub dataset or local folder)
-    import datasets
-    s = str(path_or_id); p = Path(s).expanduser()
-    if p.is_file():
-        builder = _BUILDERS.get(p.suffix.lower())
-        if builder is None: raise DataLoadError(f"{s}: unknown file type {p.suffix!r}; known: {', '.join(_BUILDERS)}")
-        ds = datasets.load_dataset(builder, data_files={split: str(p)}, split=split)
-    elif p.is_dir():
-        if any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
-            ds = datasets.load_from_disk(str(p))
-            if isinstance(ds, datasets.DatasetDict):
-                if split not in ds: raise DataLoadError(f"{s} has splits {list(ds)}, not {split!r}")
-                ds = ds[split]
-        else: ds = datasets.load_dataset(str(p), name, split=split, data_files=data_files, data_dir=data_dir)
-    elif _looks_local(s): raise DataLoadError(f"{s}: no such file or folder")
-    else:
-        try: ds = datasets.load_dataset(s, name, split=split, data_files=data_files, data_dir=data_dir)
-        except Exception as e:
-            raise DataLoadError(f"could not load {s!r}: it is not a local file or folder, and the Hugging Face hub "
-                                f"did not provide it ({type(e).__name__}: {e}). Without network, pass a local "
-                                f"JSON/JSONL/Parquet file or a save_to_disk folder.") from e
-    if num_rows is not None: ds = ds.select(range(min(num_rows, len(ds))))
-    return ds
+__all__ = ['logger', 'SCHEMAS', 'CALCULATOR_ANNOTATION', 'ANSWER_FORMATS', 'BATCH_KEYS', 'BadRow', 'detect_schema',
+           'strip_calculator', 'format_answer', 'to_messages', 'chat_text_spans', 'mask_from_offsets', 'trained_pieces',
+           'show_mask', 'SFTExample', 'DataReport', 'tokenize_sft', 'tokenize_chat', 'pack_first_fit', 'collate',
+           'SFTDataIterator', 'default_sft_dataset', 'load_sft_examples']
 
 # %% ../nbs/04_data.ipynb #f9a75541
 SCHEMAS: dict[str, tuple[str, ...]] = {"messages": ("messages",), "prompt_completion": ("prompt", "completion"),

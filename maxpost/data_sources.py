@@ -1,5 +1,5 @@
-"""Where SFT and RL rows come from, in MaxText's and TRL's terms: a hub dataset's configuration (`hf_name`,
-`hf_subset`), `hf_data_dir`, `hf_train_files`, explicit columns (`train_data_columns`), the chat template
+"""Where SFT and RL rows come from: local files and folders or hub ids (`load_sft_dataset`), and, in MaxText's
+and TRL's terms, a hub dataset's configuration (`hf_name`, `hf_subset`), `hf_data_dir`, `hf_train_files`, explicit columns (`train_data_columns`), the chat template
 (`use_chat_template`, `chat_template_path`), and conversational RL prompts.
 
 Docs: https://maxpost.github.io/maxpost/data_sources.html.md"""
@@ -16,8 +16,48 @@ from .config import ConfigError
 from .rewards.answers import content_text
 
 # %% auto #0
-__all__ = ['SFT_ALIASES', 'split_files', 'hub_kwargs', 'select_columns', 'load_chat_template', 'with_chat_template',
-           'raw_text_spans', 'row_template_kwargs', 'prompt_messages']
+__all__ = ['SFT_ALIASES', 'DataLoadError', 'load_sft_dataset', 'split_files', 'hub_kwargs', 'select_columns',
+           'load_chat_template', 'with_chat_template', 'raw_text_spans', 'row_template_kwargs', 'prompt_messages']
+
+# %% ../nbs/04c_data_sources.ipynb #783b5373
+class DataLoadError(OSError):
+    "A dataset could not be loaded; the message says what was tried."
+
+_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+
+def _looks_local(s: str) -> bool:
+    "True for strings that can only mean a local path (so a typo is not sent to the hub)."
+    return s.startswith(("/", "./", "../", "~")) or Path(s).suffix.lower() in _BUILDERS
+
+def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=None, num_rows: int | None = None,
+                     name: str | None = None, data_dir: str | None = None):
+    "A `datasets.Dataset` from a local file or folder, a `save_to_disk` folder, or a hub id."
+    # path_or_id: .json/.jsonl/.parquet/.csv file, a folder, or a hub id ('openai/gsm8k') / builder name ('json')
+    # split: the split to return; data_files: passed to `load_dataset` (hub ids and builder names)
+    # num_rows: keep only the first this-many rows; name: the hub dataset's config name ('main' for GSM8K)
+    # data_dir: load_dataset's data_dir (a sub-folder of a hub dataset or local folder)
+    import datasets
+    s = str(path_or_id); p = Path(s).expanduser()
+    if p.is_file():
+        builder = _BUILDERS.get(p.suffix.lower())
+        if builder is None: raise DataLoadError(f"{s}: unknown file type {p.suffix!r}; known: {', '.join(_BUILDERS)}")
+        ds = datasets.load_dataset(builder, data_files={split: str(p)}, split=split)
+    elif p.is_dir():
+        if any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
+            ds = datasets.load_from_disk(str(p))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds: raise DataLoadError(f"{s} has splits {list(ds)}, not {split!r}")
+                ds = ds[split]
+        else: ds = datasets.load_dataset(str(p), name, split=split, data_files=data_files, data_dir=data_dir)
+    elif _looks_local(s): raise DataLoadError(f"{s}: no such file or folder")
+    else:
+        try: ds = datasets.load_dataset(s, name, split=split, data_files=data_files, data_dir=data_dir)
+        except Exception as e:
+            raise DataLoadError(f"could not load {s!r}: it is not a local file or folder, and the Hugging Face hub "
+                                f"did not provide it ({type(e).__name__}: {e}). Without network, pass a local "
+                                f"JSON/JSONL/Parquet file or a save_to_disk folder.") from e
+    if num_rows is not None: ds = ds.select(range(min(num_rows, len(ds))))
+    return ds
 
 # %% ../nbs/04c_data_sources.ipynb #c95ce4ba
 def split_files(files) -> list[str]:

@@ -206,7 +206,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
                                   temperature=cfg.dpo.rejected_temperature, max_tokens=cfg.dpo.rejected_max_tokens)
             where, key = "gsm8k", "dataset_type"
         else:
-            from maxpost.data import load_sft_dataset
+            from maxpost.data_sources import load_sft_dataset
             if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
             key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
             try: data = load_sft_dataset(where, split, num_rows=rows)

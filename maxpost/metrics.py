@@ -87,7 +87,7 @@ def bootstrap_ci(per_problem_values, n_boot: int = 1000, seed: int = 0, alpha: f
     lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/08_metrics.ipynb #bd1720bd
+# %% ../nbs/08_metrics.ipynb #2decf619
 def paired_difference(a, b, n_boot: int = 1000, seed: int = 0) -> dict:
     "Mean over problems of `b - a` (per-problem values of two runs, paired by problem), with its 95% bootstrap interval."
     a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)   # [P], [P]

@@ -42,7 +42,7 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora) and SFT's own."
     # data
     dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"   # gsm8k, arithmetic: built in
-    # (maxpost.rewards.gsm8k.load_qa_dataset); hf: any source maxpost.data.load_sft_dataset reads
+    # (maxpost.rewards.gsm8k.load_qa_dataset); hf: any source maxpost.data_sources.load_sft_dataset reads
     hf_path: str = ""                           # dataset_type=hf: a local json/jsonl/parquet file or folder, or a hub id
     prompt_template: Literal[("",) + tuple(PROMPT_TEMPLATES)] = ""   # question/answer rows: the user turn in this
     # maxpost.rewards template (as RL and evaluate render it); "": the question as is

@@ -41,7 +41,7 @@ def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
     if cfg.dataset_type in QA_DATASETS:                       # built in: gsm8k (shipped), arithmetic (generated)
         return load_qa_dataset(cfg.dataset_type, split, n)
     if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
-    from maxpost.data import load_sft_dataset
+    from maxpost.data_sources import load_sft_dataset
     from maxpost.data_sources import hub_kwargs
     ds = load_sft_dataset(cfg.hf_path, split, num_rows=n, **hub_kwargs(cfg, split))
     return [dict(r) for r in ds]
