@@ -36,7 +36,8 @@ TUNIX_TARGETS = ".*q_einsum|.*attn_vec_einsum|.*gate_proj|.*up_proj|.*down_proj"
 TUNIX_A = {"wq": ("attn", "q_einsum", "w_lora_a"), "wo": ("attn", "attn_vec_einsum", "w_lora_a"),
            "w_gate": ("mlp", "gate_proj", "kernel_lora_a"), "w_up": ("mlp", "up_proj", "kernel_lora_a"),
            "w_down": ("mlp", "down_proj", "kernel_lora_a")}
-BF16MM = "maxpost-bf16mm"  # the third trainer of --bf16-matmuls
+BF16MM = "maxpost-bf16mm"  # the extra trainer of --bf16-matmuls
+BASE = "maxpost-baseline"  # the extra trainer of --baseline: maxpost imported from another tree (before a change)
 TAG = "@@bench "          # prefix of the workers' protocol lines on stdout (anything else they print is passed over)
 
 def cpu_info() -> dict:
@@ -82,7 +83,7 @@ def sft_config(hf_dir, mode: str, B: int, T: int, dtype: str, bf16_matmuls: bool
     "The one SFTConfig both trainers take their LoRA and optimizer settings from."
     from maxpost.sft import SFTConfig
     return SFTConfig(model_name="gemma3-270m", load_parameters_path=str(hf_dir), use_lora=mode == "lora",
-                     bf16_matmuls=bf16_matmuls,
+                     **({"bf16_matmuls": True} if bf16_matmuls else {}),   # (a --baseline tree may lack the key)
                      lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA, lora_module_path=MAXPOST_TARGETS, learning_rate=LR,
                      warmup_steps_fraction=0.0, steps=100, per_device_batch_size=B, max_target_length=T, dtype=dtype)
 
@@ -176,7 +177,7 @@ def worker(name: str, a):
     hf_dir = embedded_hf("gemma3-270m")
     tokens = make_tokens(262_144, a.batch, a.seq)
     t = time.perf_counter()
-    if name.startswith("maxpost"):
+    if name.startswith("maxpost"):     # (BASE: the same code path, maxpost imported from --baseline)
         step, n = setup_maxpost(hf_dir, tokens, a.mode, a.dtype, a.lora_file if name == "maxpost" else None,
                                 name == BF16MM)
     else: step, n = setup_tunix(hf_dir, tokens, a.mode, a.dtype, a.lora_file), None
@@ -193,8 +194,9 @@ class Worker:
     def __init__(self, name: str, a, lora_file: str):
         args = [sys.executable, __file__, "--worker", name, "--mode", a.mode, "--batch", str(a.batch),
                 "--seq", str(a.seq), "--dtype", a.dtype, "--lora-file", lora_file]
+        env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": a.baseline} if name == BASE else {})
         self.name, self.p = name, subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                                   cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                                   cwd=ROOT, env=env)
     def read(self) -> dict:
         for line in self.p.stdout:
             if line.startswith(TAG): return json.loads(line[len(TAG):])
@@ -205,7 +207,8 @@ class Worker:
 def bench(a) -> dict:
     "Both trainers set up in turn (maxpost first: Tunix starts from its LoRA A), a compile step each, then alternation."
     lora_file = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
-    names = ["maxpost"] + ([BF16MM] if a.bf16_matmuls else []) + ([] if a.skip_tunix else ["tunix"])
+    names = ["maxpost"] + ([BASE] if a.baseline else []) + ([BF16MM] if a.bf16_matmuls else []) + \
+        ([] if a.skip_tunix else ["tunix"])
     ws, out = {}, {}
     if a.sequential:      # one trainer alive at a time: the memory of the larger one, not of both
         for k in names:
@@ -215,6 +218,7 @@ def bench(a) -> dict:
             for _ in range(a.steps):
                 r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["step_s"].append(r["s"])
             out[k] |= ws[k].ask("done") | {"load_avg_after": os.getloadavg()}; ws[k].p.wait()
+            print(f"{k} done: {json.dumps(out[k])}", flush=True)     # kept if a later trainer is killed
         return out
     for k in names:
         ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"losses": [], "step_s": []}
@@ -323,7 +327,7 @@ def summary(res: dict) -> str:
              f"{a['mode']} SFT, Gemma 3 270M, batch {a['batch']} x {a['seq']}, {a['dtype']}; matmul peak "
              f"{res['peak_flops'] / 1e9:.1f} GFLOP/s (before {res['peak_flops_before'] / 1e9:.1f}, after "
              f"{res['peak_flops_after'] / 1e9:.1f}); {a['steps']} timed steps, " + ("one trainer after the other" if a.get('sequential') else "alternating")]
-    for k in ("maxpost", BF16MM, "tunix"):
+    for k in ("maxpost", BASE, BF16MM, "tunix"):
         if k in res:
             r = res[k]
             lines.append(f"  {k:8s} {r['tokens_per_s']:7.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max "
@@ -333,6 +337,9 @@ def summary(res: dict) -> str:
         lines.append(f"  maxpost / Tunix = {res['ratio_maxpost_over_tunix']:.2f} (median of per-round ratios "
                      f"{res['ratio_paired_median']:.2f}); peak RSS maxpost / Tunix = {res['rss_ratio']:.2f}; "
                      f"max |loss difference| = {res['max_loss_diff']:.2e}")
+    if BASE in res:
+        lines.append(f"  maxpost / {BASE} = {res['ratio_maxpost_over_baseline']:.2f} (median of per-round ratios "
+                     f"{res['ratio_baseline_paired']:.2f}); max |loss difference| = {res['baseline_max_loss_diff']:.2e}")
     if BF16MM in res:
         lines.append(f"  {BF16MM} / maxpost = {res['ratio_bf16mm_over_maxpost']:.2f} (median of per-round ratios "
                      f"{res['ratio_bf16mm_paired_median']:.2f})" + (f"; {BF16MM} / Tunix = {res['ratio_bf16mm_over_tunix']:.2f}"
@@ -354,7 +361,9 @@ def main():
     ap.add_argument("--profile", action="store_true", help="maxpost's step per op class against the matmul peak")
     ap.add_argument("--bf16-matmuls", action="store_true",
                     help="also run maxpost with bf16_matmuls=true (bfloat16 matmul inputs, float32 accumulation)")
-    ap.add_argument("--worker", choices=["maxpost", BF16MM, "tunix"], help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", help="also run maxpost imported from this tree (e.g. `git archive` of the commit "
+                    "before a change), alternating with the others")
+    ap.add_argument("--worker", choices=["maxpost", BASE, BF16MM, "tunix"], help=argparse.SUPPRESS)
     ap.add_argument("--lora-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker: return worker(a.worker, a)
@@ -380,7 +389,7 @@ def main():
     res["load_avg_end"] = os.getloadavg()
     peak = res["peak_flops"] = max(res["peak_flops_before"], res["peak_flops_after"])
     ntok, N = a.batch * a.seq, res["maxpost"]["n_params"]
-    for k in ("maxpost", BF16MM, "tunix"):
+    for k in ("maxpost", BASE, BF16MM, "tunix"):
         if k in res:
             r = res[k]; s = r["step_s"]
             r |= {"tokens_per_s": ntok / statistics.median(s), "tokens_per_s_min": ntok / max(s),
@@ -391,6 +400,11 @@ def main():
         res["ratio_paired_median"] = statistics.median(b / a_ for a_, b in zip(m["step_s"], t["step_s"]))
         res["rss_ratio"] = m["peak_rss_gib"] / t["peak_rss_gib"]
         res["max_loss_diff"] = max(abs(x - y) for x, y in zip(m["losses"], t["losses"]))
+    if BASE in res:
+        m, b = res["maxpost"], res[BASE]
+        res["ratio_maxpost_over_baseline"] = m["tokens_per_s"] / b["tokens_per_s"]
+        res["ratio_baseline_paired"] = statistics.median(y / x for x, y in zip(m["step_s"], b["step_s"]))
+        res["baseline_max_loss_diff"] = max(abs(x - y) for x, y in zip(m["losses"], b["losses"]))
     if BF16MM in res:
         m, b = res["maxpost"], res[BF16MM]
         res["ratio_bf16mm_over_maxpost"] = b["tokens_per_s"] / m["tokens_per_s"]

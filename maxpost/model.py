@@ -19,8 +19,9 @@ from flax import nnx
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'ModelConfig', 'gemma3_layer_types', 'get_preset',
            'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation',
-           'softcap', 'layer_inv_freqs', 'lowp_einsum', 'fuse_weights', 'decoder_layer', 'masked_attention', 'Decoder',
-           'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes', 'forward_fn']
+           'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta', 'fuse_weights', 'decoder_layer',
+           'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes',
+           'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -232,6 +233,26 @@ def _lowp_bwd(spec, res, g):
 
 lowp_einsum.defvjp(_lowp_fwd, _lowp_bwd)
 
+@jax.custom_vjp
+def lora_delta(x, a, b):
+    "The low-rank term (x A) B of x [N, I], A [I, r], B [r, O]."
+    return (x @ a) @ b
+
+def _lora_fwd(x, a, b):
+    xa = x @ a
+    return xa @ b, (x, a, b, xa)
+
+def _lora_bwd(res, g):
+    x, a, b, xa = res
+    gxa = g @ b.T                                                          # [N, r]
+    # dB = (xA)ᵀ g and dA = xᵀ (g Bᵀ) contract over the N positions. Left to itself XLA's CPU backend transposes
+    # the big operand (g [N, O] or x [N, I]) for them; transposing the small [N, r] one instead, kept so by a barrier,
+    # gives two matmuls in the plain [r, N] @ [N, ·] layout.
+    xat, gxat = jax.lax.optimization_barrier((xa.T, gxa.T))
+    return gxa @ a.T, (gxat @ x).T, xat @ g
+
+lora_delta.defvjp(_lora_fwd, _lora_bwd)
+
 def _proj(spec: str, x, p: dict, name: str):
     """einsum(spec, x, p[name]), plus the low-rank term (x A) B when `p` holds `name`_lora_a / `name`_lora_b.
     A weight narrower than x (bfloat16 under float32 activations: `Decoder(matmul_dtype=...)`) is a `lowp_einsum`."""
@@ -240,10 +261,12 @@ def _proj(spec: str, x, p: dict, name: str):
     if name + "_lora_a" not in p: return y
     lhs, rest = spec.split(","); rhs, out = rest.split("->")
     con = "".join(c for c in rhs if c in lhs)        # contracted axes: the weight's leading axes
-    assert rhs.startswith(con), spec
-    keep = "".join(c for c in lhs if c not in con)
-    xa = jnp.einsum(f"{lhs},{con}r->{keep}r", x, p[name + "_lora_a"])           # [..., r]
-    return y + jnp.einsum(f"{keep}r,r{rhs[len(con):]}->{out}", xa, p[name + "_lora_b"])
+    keep = lhs[:len(lhs) - len(con)]
+    assert rhs.startswith(con) and lhs.endswith(con) and out == keep + rhs[len(con):], spec
+    a, b = p[name + "_lora_a"], p[name + "_lora_b"]
+    lead = x.shape[:len(keep)]
+    d = lora_delta(x.reshape(math.prod(lead), -1), a.reshape(-1, a.shape[-1]), b.reshape(b.shape[0], -1))
+    return y + d.reshape(*lead, *b.shape[1:])
 
 def fuse_weights(p: dict) -> dict:
     """Layer weights `p` (one layer, or stacked [L, ...]) with q/k/v fused into `wqkv` [.., d, (H + 2K)·hd], `wo`
