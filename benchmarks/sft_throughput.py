@@ -6,6 +6,8 @@ same optimisation, so that the two loss sequences agree step by step.
     python benchmarks/sft_throughput.py --mode full --batch 4 --seq 512 --sequential   # full FT, peak RSS of each
     python benchmarks/sft_throughput.py --rss [--batch 4] [--seq 512]   # peak RSS of a full fine-tune (maxpost CLI)
     python benchmarks/sft_throughput.py --step-hash   # hash of the lowered tiny train step: compare two code versions
+    python benchmarks/sft_throughput.py --bf16-matmuls --baseline /tmp/base   # + maxpost with bf16_matmuls=true and
+        # maxpost imported from /tmp/base (`git archive <commit> maxpost | tar -x -C /tmp/base`): before/after a change
 
 Each trainer runs in its own subprocess (so that its peak RSS is its own); the parent sets both up one after the other,
 runs one compiling step of each, then alternates them step by step over the timed steps so that both see the same
