@@ -3,9 +3,11 @@ same weights (the embedded Gemma 3 270M, loaded by each framework from the same 
 same optimisation, so that the two loss sequences agree step by step.
 
     python benchmarks/sft_throughput.py [--mode lora|full] [--batch 2] [--seq 256] [--steps 5] [--dtype float32]
-    python benchmarks/sft_throughput.py --mode full --batch 4 --seq 512     # full fine-tuning, peak RSS of each
+    python benchmarks/sft_throughput.py --mode full --batch 4 --seq 512 --sequential   # full FT, peak RSS of each
     python benchmarks/sft_throughput.py --rss [--batch 4] [--seq 512]   # peak RSS of a full fine-tune (maxpost CLI)
     python benchmarks/sft_throughput.py --step-hash   # hash of the lowered tiny train step: compare two code versions
+    python benchmarks/sft_throughput.py --bf16-matmuls --baseline /tmp/base   # + maxpost with bf16_matmuls=true and
+        # maxpost imported from /tmp/base (`git archive <commit> maxpost | tar -x -C /tmp/base`): before/after a change
 
 Each trainer runs in its own subprocess (so that its peak RSS is its own); the parent sets both up one after the other,
 runs one compiling step of each, then alternates them step by step over the timed steps so that both see the same
@@ -36,6 +38,8 @@ TUNIX_TARGETS = ".*q_einsum|.*attn_vec_einsum|.*gate_proj|.*up_proj|.*down_proj"
 TUNIX_A = {"wq": ("attn", "q_einsum", "w_lora_a"), "wo": ("attn", "attn_vec_einsum", "w_lora_a"),
            "w_gate": ("mlp", "gate_proj", "kernel_lora_a"), "w_up": ("mlp", "up_proj", "kernel_lora_a"),
            "w_down": ("mlp", "down_proj", "kernel_lora_a")}
+BF16MM = "maxpost-bf16mm"  # the extra trainer of --bf16-matmuls
+BASE = "maxpost-baseline"  # the extra trainer of --baseline: maxpost imported from another tree (before a change)
 TAG = "@@bench "          # prefix of the workers' protocol lines on stdout (anything else they print is passed over)
 
 def cpu_info() -> dict:
@@ -77,18 +81,19 @@ def make_tokens(vocab: int, batch: int, seq: int) -> np.ndarray:
     "Random token ids [batch, seq] (no padding), avoiding the special ids below 10."
     return np.random.default_rng(0).integers(10, vocab, (batch, seq), dtype=np.int32)
 
-def sft_config(hf_dir, mode: str, B: int, T: int, dtype: str):
+def sft_config(hf_dir, mode: str, B: int, T: int, dtype: str, bf16_matmuls: bool = False):
     "The one SFTConfig both trainers take their LoRA and optimizer settings from."
     from maxpost.sft import SFTConfig
     return SFTConfig(model_name="gemma3-270m", load_parameters_path=str(hf_dir), use_lora=mode == "lora",
+                     **({"bf16_matmuls": True} if bf16_matmuls else {}),   # (a --baseline tree may lack the key)
                      lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA, lora_module_path=MAXPOST_TARGETS, learning_rate=LR,
                      warmup_steps_fraction=0.0, steps=100, per_device_batch_size=B, max_target_length=T, dtype=dtype)
 
-def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str):
+def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str, bf16_matmuls: bool = False):
     "(SFTTrainer, host batch) for `tokens`: every next-token prediction of the rows in the loss."
     from maxpost.sft import SFTTrainer, load_base
     B, T = tokens.shape
-    cfg = sft_config(hf_dir, mode, B, T, dtype)
+    cfg = sft_config(hf_dir, mode, B, T, dtype, bf16_matmuls)
     mcfg, base, _ = load_base(cfg)
     tr = SFTTrainer(cfg, mcfg, base); del base
     targets = np.concatenate([tokens[:, 1:], np.zeros((B, 1), np.int32)], 1)
@@ -96,11 +101,11 @@ def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str):
     return tr, dict(inputs=tokens, targets=targets, positions=np.tile(np.arange(T, dtype=np.int32), (B, 1)),
                     segment_ids=np.ones((B, T), np.int32), loss_mask=mask)
 
-def setup_maxpost(hf_dir, tokens, mode: str, dtype: str, lora_out: str | None):
+def setup_maxpost(hf_dir, tokens, mode: str, dtype: str, lora_out: str | None, bf16_matmuls: bool = False):
     "A function that runs one maxpost SFT step on `tokens` and returns its loss (blocking); and N."
-    tr, batch = maxpost_trainer(hf_dir, tokens, mode, dtype)
+    tr, batch = maxpost_trainer(hf_dir, tokens, mode, dtype, bf16_matmuls)
     box = {"state": tr.init_state()}
-    if lora_out:      # the initial A factors, for Tunix to start from the same adapters
+    if lora_out and mode == "lora":      # the initial A factors, for Tunix to start from the same adapters
         np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
     def step():
         box["state"], m = tr.step(box["state"], batch)
@@ -174,7 +179,9 @@ def worker(name: str, a):
     hf_dir = embedded_hf("gemma3-270m")
     tokens = make_tokens(262_144, a.batch, a.seq)
     t = time.perf_counter()
-    if name == "maxpost": step, n = setup_maxpost(hf_dir, tokens, a.mode, a.dtype, a.lora_file)
+    if name.startswith("maxpost"):     # (BASE: the same code path, maxpost imported from --baseline)
+        step, n = setup_maxpost(hf_dir, tokens, a.mode, a.dtype, a.lora_file if name == "maxpost" else None,
+                                name == BF16MM)
     else: step, n = setup_tunix(hf_dir, tokens, a.mode, a.dtype, a.lora_file), None
     say = lambda d: print(TAG + json.dumps(d), flush=True)
     say({"ready": True, "setup_s": time.perf_counter() - t, "n_params": n, "rss_after_setup_gib": _peak_rss_gib()})
@@ -189,8 +196,9 @@ class Worker:
     def __init__(self, name: str, a, lora_file: str):
         args = [sys.executable, __file__, "--worker", name, "--mode", a.mode, "--batch", str(a.batch),
                 "--seq", str(a.seq), "--dtype", a.dtype, "--lora-file", lora_file]
+        env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": a.baseline} if name == BASE else {})
         self.name, self.p = name, subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                                   cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                                   cwd=ROOT, env=env)
     def read(self) -> dict:
         for line in self.p.stdout:
             if line.startswith(TAG): return json.loads(line[len(TAG):])
@@ -201,8 +209,19 @@ class Worker:
 def bench(a) -> dict:
     "Both trainers set up in turn (maxpost first: Tunix starts from its LoRA A), a compile step each, then alternation."
     lora_file = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
-    names = ["maxpost"] + ([] if a.skip_tunix else ["tunix"])
+    names = ["maxpost"] + ([BASE] if a.baseline else []) + ([BF16MM] if a.bf16_matmuls else []) + \
+        ([] if a.skip_tunix else ["tunix"])
     ws, out = {}, {}
+    if a.sequential:      # one trainer alive at a time: the memory of the larger one, not of both
+        for k in names:
+            ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"losses": [], "step_s": []}
+            out[k]["load_avg_before"] = os.getloadavg()
+            r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["first_step_s"] = r["s"]
+            for _ in range(a.steps):
+                r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["step_s"].append(r["s"])
+            out[k] |= ws[k].ask("done") | {"load_avg_after": os.getloadavg()}; ws[k].p.wait()
+            print(f"{k} done: {json.dumps(out[k])}", flush=True)     # kept if a later trainer is killed
+        return out
     for k in names:
         ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"losses": [], "step_s": []}
     for k in names:
@@ -255,7 +274,7 @@ def profile(a, reps: int = 3) -> dict:
     from maxpost.convert.from_gguf import embedded_hf
     from maxpost.sft import fused_nll_sum, head_weight
     tokens = make_tokens(262_144, a.batch, a.seq)
-    tr, hb = maxpost_trainer(embedded_hf("gemma3-270m"), tokens, a.mode, a.dtype)
+    tr, hb = maxpost_trainer(embedded_hf("gemma3-270m"), tokens, a.mode, a.dtype, a.bf16_matmuls)
     st = tr.init_state(); db = tr.put_batch(hb); mb = jax.tree.map(lambda x: x[0], db)
     params, frozen, cfg, mcfg = st["params"], tr.frozen, tr.cfg, tr.mcfg
     def hidden(p, fz, mb, use_lora=True):
@@ -268,7 +287,7 @@ def profile(a, reps: int = 3) -> dict:
         model, _ = tr.model_inputs(p, fz)
         return fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), mb["targets"].reshape(-1),
                              mb["loss_mask"].reshape(-1), mcfg.final_logit_softcapping, cfg.loss_chunk_size,
-                             not cfg.use_lora)
+                             not cfg.use_lora, jnp.bfloat16 if cfg.bf16_matmuls else None)
     parts = {
         "decoder forward, no LoRA (dense + attention)": (lambda p, fz: hidden(p, fz, mb, False), (params, frozen)),
         "decoder forward with LoRA": (lambda p, fz: hidden(p, fz, mb), (params, frozen)),
@@ -309,8 +328,8 @@ def summary(res: dict) -> str:
              f"load average at start {res['load_avg_start']}, at end {res['load_avg_end']}",
              f"{a['mode']} SFT, Gemma 3 270M, batch {a['batch']} x {a['seq']}, {a['dtype']}; matmul peak "
              f"{res['peak_flops'] / 1e9:.1f} GFLOP/s (before {res['peak_flops_before'] / 1e9:.1f}, after "
-             f"{res['peak_flops_after'] / 1e9:.1f}); {a['steps']} timed steps, alternating"]
-    for k in ("maxpost", "tunix"):
+             f"{res['peak_flops_after'] / 1e9:.1f}); {a['steps']} timed steps, " + ("one trainer after the other" if a.get('sequential') else "alternating")]
+    for k in ("maxpost", BASE, BF16MM, "tunix"):
         if k in res:
             r = res[k]
             lines.append(f"  {k:8s} {r['tokens_per_s']:7.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max "
@@ -320,6 +339,13 @@ def summary(res: dict) -> str:
         lines.append(f"  maxpost / Tunix = {res['ratio_maxpost_over_tunix']:.2f} (median of per-round ratios "
                      f"{res['ratio_paired_median']:.2f}); peak RSS maxpost / Tunix = {res['rss_ratio']:.2f}; "
                      f"max |loss difference| = {res['max_loss_diff']:.2e}")
+    if BASE in res:
+        lines.append(f"  maxpost / {BASE} = {res['ratio_maxpost_over_baseline']:.2f} (median of per-round ratios "
+                     f"{res['ratio_baseline_paired']:.2f}); max |loss difference| = {res['baseline_max_loss_diff']:.2e}")
+    if BF16MM in res:
+        lines.append(f"  {BF16MM} / maxpost = {res['ratio_bf16mm_over_maxpost']:.2f} (median of per-round ratios "
+                     f"{res['ratio_bf16mm_paired_median']:.2f})" + (f"; {BF16MM} / Tunix = {res['ratio_bf16mm_over_tunix']:.2f}"
+                     if "tunix" in res else "") + f"; max |loss difference| to maxpost = {res['bf16mm_max_loss_diff']:.2e}")
     return "\n".join(lines)
 
 def main():
@@ -330,10 +356,16 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="timed steps after the compile step (at least 5)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--skip-tunix", action="store_true")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run the trainers one after the other (not alternating): peak memory of one trainer only")
     ap.add_argument("--rss", action="store_true", help="measure peak RSS of a full fine-tune (maxpost CLI) instead")
     ap.add_argument("--step-hash", action="store_true", help="print the hash of the lowered tiny train step instead")
     ap.add_argument("--profile", action="store_true", help="maxpost's step per op class against the matmul peak")
-    ap.add_argument("--worker", choices=["maxpost", "tunix"], help=argparse.SUPPRESS)
+    ap.add_argument("--bf16-matmuls", action="store_true",
+                    help="also run maxpost with bf16_matmuls=true (bfloat16 matmul inputs, float32 accumulation)")
+    ap.add_argument("--baseline", help="also run maxpost imported from this tree (e.g. `git archive` of the commit "
+                    "before a change), alternating with the others")
+    ap.add_argument("--worker", choices=["maxpost", BASE, BF16MM, "tunix"], help=argparse.SUPPRESS)
     ap.add_argument("--lora-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker: return worker(a.worker, a)
@@ -359,7 +391,7 @@ def main():
     res["load_avg_end"] = os.getloadavg()
     peak = res["peak_flops"] = max(res["peak_flops_before"], res["peak_flops_after"])
     ntok, N = a.batch * a.seq, res["maxpost"]["n_params"]
-    for k in ("maxpost", "tunix"):
+    for k in ("maxpost", BASE, BF16MM, "tunix"):
         if k in res:
             r = res[k]; s = r["step_s"]
             r |= {"tokens_per_s": ntok / statistics.median(s), "tokens_per_s_min": ntok / max(s),
@@ -370,6 +402,17 @@ def main():
         res["ratio_paired_median"] = statistics.median(b / a_ for a_, b in zip(m["step_s"], t["step_s"]))
         res["rss_ratio"] = m["peak_rss_gib"] / t["peak_rss_gib"]
         res["max_loss_diff"] = max(abs(x - y) for x, y in zip(m["losses"], t["losses"]))
+    if BASE in res:
+        m, b = res["maxpost"], res[BASE]
+        res["ratio_maxpost_over_baseline"] = m["tokens_per_s"] / b["tokens_per_s"]
+        res["ratio_baseline_paired"] = statistics.median(y / x for x, y in zip(m["step_s"], b["step_s"]))
+        res["baseline_max_loss_diff"] = max(abs(x - y) for x, y in zip(m["losses"], b["losses"]))
+    if BF16MM in res:
+        m, b = res["maxpost"], res[BF16MM]
+        res["ratio_bf16mm_over_maxpost"] = b["tokens_per_s"] / m["tokens_per_s"]
+        res["ratio_bf16mm_paired_median"] = statistics.median(x / y for x, y in zip(m["step_s"], b["step_s"]))
+        res["bf16mm_max_loss_diff"] = max(abs(x - y) for x, y in zip(m["losses"], b["losses"]))
+        if "tunix" in res: res["ratio_bf16mm_over_tunix"] = b["tokens_per_s"] / res["tunix"]["tokens_per_s"]
     print(json.dumps(res, indent=1, default=str))
     print("\n" + summary(res))
 

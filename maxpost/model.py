@@ -7,6 +7,7 @@ Docs: https://maxpost.github.io/maxpost/model.html.md"""
 # %% ../nbs/01_model.ipynb #4b84592f
 from __future__ import annotations
 import dataclasses, json, math
+from functools import partial
 from dataclasses import dataclass, field, asdict
 from typing import Any, Literal
 
@@ -16,10 +17,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 # %% auto #0
-__all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm',
-           'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap',
-           'layer_inv_freqs', 'fuse_weights', 'decoder_layer', 'masked_attention', 'Decoder', 'init_cache',
-           'positions_from_mask', 'tiny_config', 'logical_axes', 'forward_fn']
+__all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'ModelConfig', 'gemma3_layer_types', 'get_preset',
+           'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation',
+           'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta', 'fuse_weights', 'decoder_layer',
+           'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes',
+           'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -195,6 +197,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple]:
 
 LAYER_KEYS = ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm", "q_norm", "k_norm",
               "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+PROJ_KEYS = LAYER_KEYS[6:]          # the layer's matmul weights
 
 # %% ../nbs/01_model.ipynb #61655b35
 def activation(name: str):
@@ -212,16 +215,58 @@ def layer_inv_freqs(cfg: ModelConfig) -> dict:
     inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
     return {False: inv, True: rope_inv_freq(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else inv}
 
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def lowp_einsum(spec: str, x, w):
+    "einsum(spec, x, w) with x cast to w's (narrower) dtype, accumulated and returned in float32; so is its backward."
+    return jnp.einsum(spec, x.astype(w.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+def _lowp_fwd(spec, x, w):
+    return lowp_einsum(spec, x, w), (x.astype(w.dtype), w, jnp.zeros((), x.dtype))
+
+def _lowp_bwd(spec, res, g):
+    xl, w, x_dtype = res
+    lhs, rest = spec.split(","); rhs, out = rest.split("->")
+    gl = g.astype(w.dtype)
+    dx = jnp.einsum(f"{out},{rhs}->{lhs}", gl, w, preferred_element_type=jnp.float32).astype(x_dtype.dtype)
+    dw = jnp.einsum(f"{lhs},{out}->{rhs}", xl, gl, preferred_element_type=jnp.float32).astype(w.dtype)
+    return dx, dw            # dw of a frozen weight is never used: XLA drops its matmul
+
+lowp_einsum.defvjp(_lowp_fwd, _lowp_bwd)
+
+@jax.custom_vjp
+def lora_delta(x, a, b):
+    "The low-rank term (x A) B of x [N, I], A [I, r], B [r, O]."
+    return (x @ a) @ b
+
+def _lora_fwd(x, a, b):
+    xa = x @ a
+    return xa @ b, (x, a, b, xa)
+
+def _lora_bwd(res, g):
+    x, a, b, xa = res
+    gxa = g @ b.T                                                          # [N, r]
+    # dB = (xA)ᵀ g and dA = xᵀ (g Bᵀ) contract over the N positions. Left to itself XLA's CPU backend transposes
+    # the big operand (g [N, O] or x [N, I]) for them; transposing the small [N, r] one instead, kept so by a barrier,
+    # gives two matmuls in the plain [r, N] @ [N, ·] layout.
+    xat, gxat = jax.lax.optimization_barrier((xa.T, gxa.T))
+    return gxa @ a.T, (gxat @ x).T, xat @ g
+
+lora_delta.defvjp(_lora_fwd, _lora_bwd)
+
 def _proj(spec: str, x, p: dict, name: str):
-    "einsum(spec, x, p[name]), plus the low-rank term (x A) B when `p` holds `name`_lora_a / `name`_lora_b."
-    y = jnp.einsum(spec, x, p[name])
+    """einsum(spec, x, p[name]), plus the low-rank term (x A) B when `p` holds `name`_lora_a / `name`_lora_b.
+    A weight narrower than x (bfloat16 under float32 activations: `Decoder(matmul_dtype=...)`) is a `lowp_einsum`."""
+    w = p[name]
+    y = jnp.einsum(spec, x, w) if w.dtype == x.dtype else lowp_einsum(spec, x, w)
     if name + "_lora_a" not in p: return y
     lhs, rest = spec.split(","); rhs, out = rest.split("->")
     con = "".join(c for c in rhs if c in lhs)        # contracted axes: the weight's leading axes
-    assert rhs.startswith(con), spec
-    keep = "".join(c for c in lhs if c not in con)
-    xa = jnp.einsum(f"{lhs},{con}r->{keep}r", x, p[name + "_lora_a"])           # [..., r]
-    return y + jnp.einsum(f"{keep}r,r{rhs[len(con):]}->{out}", xa, p[name + "_lora_b"])
+    keep = lhs[:len(lhs) - len(con)]
+    assert rhs.startswith(con) and lhs.endswith(con) and out == keep + rhs[len(con):], spec
+    a, b = p[name + "_lora_a"], p[name + "_lora_b"]
+    lead = x.shape[:len(keep)]
+    d = lora_delta(x.reshape(math.prod(lead), -1), a.reshape(-1, a.shape[-1]), b.reshape(b.shape[0], -1))
+    return y + d.reshape(*lead, *b.shape[1:])
 
 def fuse_weights(p: dict) -> dict:
     """Layer weights `p` (one layer, or stacked [L, ...]) with q/k/v fused into `wqkv` [.., d, (H + 2K)·hd], `wo`
@@ -304,8 +349,9 @@ def _init(key, shape, axes, dtype):
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32,
-                 param_dtype=jnp.float32, remat: bool = False):
-        self.cfg, self.dtype, self.remat = cfg, dtype, remat
+                 param_dtype=jnp.float32, remat: bool = False, matmul_dtype=None):
+        # matmul_dtype: the projections' input dtype when narrower than dtype (float32 accumulation); None: dtype
+        self.cfg, self.dtype, self.remat, self.matmul_dtype = cfg, dtype, remat, matmul_dtype
         rngs = rngs or nnx.Rngs(0)
         for name, shape in param_shapes(cfg).items():
             axes = PARAM_AXES[name]
@@ -350,7 +396,9 @@ class Decoder(nnx.Module):
         inv = layer_inv_freqs(cfg)
         cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
         cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
-        layer_params = {k: getattr(self, k)[...].astype(dt) for k in LAYER_KEYS if hasattr(self, k)}
+        mm = self.matmul_dtype or dt
+        layer_params = {k: getattr(self, k)[...].astype(mm if k in PROJ_KEYS else dt)
+                        for k in LAYER_KEYS if hasattr(self, k)}
         for k, (a, b) in (lora or {}).items():
             layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
         sliding = jnp.asarray(cfg.is_sliding)

@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
 # %% ../nbs/05_sft.ipynb #e1b87598
 from __future__ import annotations
-import sys
+import sys, warnings
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Literal
@@ -32,8 +32,8 @@ from .sharding import tree_shardings, batch_sharding, named_sharding, process_ro
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'map_position_chunks', 'token_nll',
-           'masked_mean', 'fused_nll_sum', 'head_weight', 'SFTTrainer', 'synthetic_examples', 'load_examples',
-           'random_params', 'load_base', 'ratio_ci', 'train']
+           'masked_mean', 'fused_nll_sum', 'head_weight', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples',
+           'load_examples', 'random_params', 'load_base', 'ratio_ci', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
@@ -68,6 +68,8 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     per_device_batch_size: PosFloat = 2.0       # global batch = per_device_batch_size × devices
     gradient_accumulation_steps: PosInt = 1     # micro-batches per optimizer step
     loss_chunk_size: PosInt = 256               # positions per logits chunk of the loss
+    bf16_matmuls: bool = False                  # matmul inputs in bfloat16, float32 accumulation, activations in
+    # dtype (for CPUs with AVX512_BF16 or AMX, and accelerators)
     # evaluation
     eval_interval: int = 50                     # <= 0: no eval
     eval_steps: Annotated[int, Field(ge=-1)] = -1   # held-out batches per eval; -1: all of them
@@ -109,44 +111,50 @@ def _chunked(x, c: int, n: int, pad: int):
 
 def _head(h, w, cap):
     "Logits [c, V] in float32 of hidden [c, d] under a [V, d] head, soft-capped at `cap`; and tanh(u/cap) (or None)."
-    u = jnp.einsum("cd,vd->cv", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    u = jnp.einsum("cd,vd->cv", h.astype(w.dtype), w, preferred_element_type=jnp.float32)   # w: the matmul dtype
     if cap is None: return u, None
     t = jnp.tanh(u / cap)
     return cap * t, t
 
-def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw):
-    "Σ weights·NLL, and (when asked) its gradients w.r.t. h [N, d] and w [V, d], one chunk of positions at a time."
+def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None):
+    """Σ weights·NLL, and (when asked) its gradients w.r.t. h [N, d] and w [V, d], one chunk of positions at a time.
+    mm_dtype: the three head matmuls' input dtype (float32 accumulation); None: h's dtype forward, float32 backward."""
     N, d = h.shape
+    wm = w.astype(mm_dtype or h.dtype)              # cast once, not per chunk
     c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
     xs = (_chunked(h, c, n, pad), _chunked(targets, c, n, pad), _chunked(weights.astype(jnp.float32), c, n, pad))
     def body(carry, x):
         tot, dw = carry
         hc, tc, wc = x
-        z, t = _head(hc, w, cap)                                             # [c, V] float32
+        z, t = _head(hc, wm, cap)                                            # [c, V] float32
         lse = jax.nn.logsumexp(z, axis=-1)
         tot = tot + jnp.sum((lse - jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0]) * wc)
         if not need_dh: return (tot, dw), None
         gz = jnp.exp(z - lse[:, None]).at[jnp.arange(c), tc].add(-1.0) * wc[:, None]   # ∂S/∂z
         if cap is not None: gz = gz * (1 - t * t)                                        # through the soft-cap
-        dh = jnp.einsum("cv,vd->cd", gz, w.astype(jnp.float32)).astype(h.dtype)
-        if need_dw: dw = dw + jnp.einsum("cv,cd->vd", gz.astype(h.dtype), hc, preferred_element_type=jnp.float32)
+        if mm_dtype is None: dh = jnp.einsum("cv,vd->cd", gz, w.astype(jnp.float32)).astype(h.dtype)
+        else: dh = jnp.einsum("cv,vd->cd", gz.astype(mm_dtype), wm, preferred_element_type=jnp.float32).astype(h.dtype)
+        gd = mm_dtype or h.dtype
+        if need_dw: dw = dw + jnp.einsum("cv,cd->vd", gz.astype(gd), hc.astype(gd), preferred_element_type=jnp.float32)
         return (tot, dw), dh
     dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None
     (tot, dw), dh = jax.lax.scan(body, (jnp.float32(0), dw0), xs)
     return tot, (None if dh is None else dh.reshape(n * c, d)[:N]), dw
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int = 256, need_dw: bool = True):
+@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int = 256, need_dw: bool = True,
+                  mm_dtype=None):
     "Σ_t weights_t · NLL_t for hidden h [N, d], head w [V, d], targets [N]; gradients computed in the forward pass."
     # cap: the model's final logit soft-cap (None: none); chunk: positions per chunk
     # need_dw: whether the head is trained (False for LoRA: its gradient is then never formed)
-    return _fused(h, w, targets, weights, cap, chunk, False, False)[0]
+    # mm_dtype: bfloat16 for bfloat16 matmul inputs with float32 accumulation (bf16_matmuls); None: as h
+    return _fused(h, w, targets, weights, cap, chunk, False, False, mm_dtype)[0]
 
-def _fused_fwd(h, w, targets, weights, cap, chunk, need_dw):
-    tot, dh, dw = _fused(h, w, targets, weights, cap, chunk, True, need_dw)
+def _fused_fwd(h, w, targets, weights, cap, chunk, need_dw, mm_dtype):
+    tot, dh, dw = _fused(h, w, targets, weights, cap, chunk, True, need_dw, mm_dtype)
     return tot, (dh, dw, jnp.zeros((), w.dtype))
 
-def _fused_bwd(cap, chunk, need_dw, res, g):
+def _fused_bwd(cap, chunk, need_dw, mm_dtype, res, g):
     dh, dw, w_dtype = res
     return ((dh * g).astype(dh.dtype), None if dw is None else (dw * g).astype(w_dtype.dtype), None, None)
 
@@ -159,6 +167,12 @@ def head_weight(model: Decoder):
 # %% ../nbs/05_sft.ipynb #43b6aa99
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
+def cpu_has_bf16() -> bool:
+    "Whether this CPU multiplies bfloat16 natively (AVX512_BF16 or AMX-BF16 in /proc/cpuinfo's flags)."
+    try: flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration): return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
 class SFTTrainer:
     "The jitted SFT step and eval for one model, config and mesh; state is a pytree {step, params, opt_state, rng}."
     def __init__(self, cfg: SFTConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
@@ -166,7 +180,10 @@ class SFTTrainer:
         self.cfg, self.mcfg = cfg, mcfg
         self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
-        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype)
+        if cfg.bf16_matmuls and jax.default_backend() == "cpu" and not cpu_has_bf16():
+            warnings.warn("bf16_matmuls=true on a CPU without AVX512_BF16 or AMX: bfloat16 matmuls are emulated there")
+        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype,
+                            jnp.bfloat16 if cfg.bf16_matmuls else None)
         self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
         if cfg.use_lora:
             self.frozen, self.frozen_sh = w.base, w.base_sh
@@ -204,7 +221,8 @@ class SFTTrainer:
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         m = batch["loss_mask"].astype(jnp.float32)
         s = fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1), m.reshape(-1),
-                          self.mcfg.final_logit_softcapping, self.cfg.loss_chunk_size, not self.cfg.use_lora)
+                          self.mcfg.final_logit_softcapping, self.cfg.loss_chunk_size, not self.cfg.use_lora,
+                          jnp.bfloat16 if self.cfg.bf16_matmuls else None)
         return s, jnp.sum(m)
 
     def _token_losses(self, trainable, frozen, batch):
