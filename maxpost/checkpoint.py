@@ -384,12 +384,17 @@ def load_checkpoint(path, model_name: str | None = None, as_numpy: bool = True, 
     return params, cfg, meta
 
 # %% ../nbs/02_checkpoint.ipynb #a760140e
+def _maxtext():
+    import maxpost.convert.maxtext as mt   # a MaxText checkpoint (…/0/items): maxpost.convert.maxtext
+    return mt
+
 def load_model(path, model_name: str | None = None, dtype=jnp.float32, param_dtype=None) -> Decoder:
-    "A Decoder holding the params of a maxpost checkpoint (or an HF folder, converted in memory)."
+    "A Decoder holding the params of a maxpost checkpoint (or an HF folder or MaxText checkpoint, converted in memory)."
     p = Path(path)
     if (p / "config.json").exists() and not (p / "maxpost.json").exists():
         params, cfg = hf_to_params(p)
         if model_name: check_against_preset(cfg, model_name)
+    elif (mt := _maxtext()).maxtext_items(p) is not None: params, cfg = mt.load_maxtext(p, model_name)
     else: params, cfg, _ = load_checkpoint(p, model_name)
     pdt = param_dtype or (jnp.float32 if dtype == jnp.float32 else dtype)
     model = empty_decoder(cfg, dtype, pdt)

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 
 # %% auto #0
 __all__ = ['ENGINES', 'SamplingParams', 'GenerationResult', 'Engine', 'load_tokenizer', 'default_stop_token_ids', 'encode_prompt',
-           'chat_prompt_ids', 'encode_prompts', 'check_stream_ids', 'EngineUnavailableError', 'check_engine',
-           'make_engine']
+           'chat_prompt_ids', 'encode_prompts', 'check_stream_ids', 'apply_stop_strings', 'EngineUnavailableError',
+           'check_engine', 'make_engine']
 
 # %% ../nbs/06a_engine.ipynb #d935837f
 @dataclass(frozen=True)
@@ -31,11 +31,16 @@ class SamplingParams:
     n: int = 1                        # samples per prompt
     seed: int = 0                     # 0 <= seed < 2**32
     sampling_logprobs: bool = False   # also return log q(token) under the truncated, tempered distribution
+    stop: tuple | None = None         # stop strings (vLLM's `stop`): the completion ends with the first one it produces
 
     def __post_init__(self):
         if self.stop_token_ids is not None:
             ids = (self.stop_token_ids,) if isinstance(self.stop_token_ids, (int, np.integer)) else self.stop_token_ids
             object.__setattr__(self, "stop_token_ids", tuple(int(i) for i in ids))
+        if self.stop is not None:
+            st = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+            if not all(isinstance(s, str) and s for s in st): raise ValueError(f"stop strings must be non-empty strings, got {self.stop!r}")
+            object.__setattr__(self, "stop", st or None)
         if not (isinstance(self.n, (int, np.integer)) and self.n >= 1):
             raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {self.n!r}")
         if not (0.0 < self.top_p <= 1.0): raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
@@ -125,6 +130,26 @@ def check_stream_ids(stream_ids: Sequence[int] | None, n: int) -> list[int]:
     bad = [s for s in ids if not 0 <= s < 2**31]
     if bad: raise ValueError(f"stream_ids must be in [0, 2**31), got {bad[:5]}")
     return ids
+
+# %% ../nbs/06a_engine.ipynb #5e1a0c11
+def apply_stop_strings(results: list, tokenizer, stop: tuple | None) -> list:
+    "Cut each `GenerationResult` after the token that completes its first stop string (kept in the text), in place."
+    if not stop: return results
+    if tokenizer is None: raise ValueError("stop strings need an engine with a tokenizer")
+    dec = lambda toks: tokenizer.decode(toks, skip_special_tokens=True)
+    for r in results:
+        ends = [r.text.find(s) + len(s) for s in stop if s in r.text]
+        if not ends: continue
+        toks = r.token_ids[:-1] if r.finish_reason == "stop" else r.token_ids     # "stop" so far: an EOS id ends it
+        lo, hi = 1, len(toks)                      # least j whose prefix text holds a stop string
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in dec(toks[:mid]) for s in stop): hi = mid
+            else: lo = mid + 1
+        r.token_ids, r.logprobs = list(toks[:lo]), r.logprobs[:lo]
+        if r.sampling_logprobs is not None: r.sampling_logprobs = r.sampling_logprobs[:lo]
+        r.text, r.finish_reason = r.text[:min(ends)], "stop"
+    return results
 
 # %% ../nbs/06a_engine.ipynb #ebcce29a
 ENGINES = ("native", "vllm")

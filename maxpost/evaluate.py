@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/evaluate.html.md"""
 from __future__ import annotations
 import json, math, os, time
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -55,6 +55,8 @@ class EvalConfig(DistributedKeys):
     decode_sampling_nucleus_p: float = Field(1.0, gt=0, le=1)
     max_completion_length: int = Field(512, ge=1)      # completion tokens per sample
     seed: int = Field(0, ge=0, lt=2**32)
+    stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
+    # it produces, the string kept (MaxText's include_stop_str_in_output)
     batch_size: int = Field(64, ge=1)         # sequences (problems × K) per engine call
     max_prefill_length: int = Field(2048, ge=1)  # longest prompt the engine accepts
     dtype: Literal["float32", "bfloat16"] = "float32"  # compute and params
@@ -145,7 +147,7 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
     rows = list(dataset_rows)[:cfg.num_eval_examples] if cfg.num_eval_examples else list(dataset_rows)
     prompts = render_prompts(rows, tokenizer, cfg)
     sp = SamplingParams(temperature=cfg.sampling_temperature, top_k=cfg.decode_sampling_top_k, top_p=cfg.decode_sampling_nucleus_p,
-                        max_tokens=cfg.max_completion_length, n=K, seed=cfg.seed)
+                        max_tokens=cfg.max_completion_length, n=K, seed=cfg.seed, stop=cfg.stop_strings)
     order = sorted(range(len(rows)), key=lambda i: -len(prompts[i][1]))     # longest first: the slowest batch compiles first
     per_call = max(1, cfg.batch_size // K)
     records: list[dict | None] = [None] * len(rows)

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, SamplingParams, chat_prompt_ids,
-                            check_engine, check_stream_ids, default_stop_token_ids, encode_prompt, encode_prompts,
-                            load_tokenizer, make_engine)
+                            apply_stop_strings, check_engine, check_stream_ids, default_stop_token_ids, encode_prompt,
+                            encode_prompts, load_tokenizer, make_engine)
 
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
                            positions_from_mask, rope_cos_sin, softcap)
@@ -325,7 +325,7 @@ class NativeEngine:
         if bar is not None: bar.close()
         dt = time.perf_counter() - t0
         self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
-        return [out[(p, s)] for p in range(len(ids)) for s in range(sp.n)]
+        return apply_stop_strings([out[(p, s)] for p in range(len(ids)) for s in range(sp.n)], self.tokenizer, sp.stop)
 
     def _run(self, chunk, R: int, P: int, ids, streams, sp: SamplingParams, stop_arr, stop_set):
         "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."

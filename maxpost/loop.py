@@ -32,7 +32,7 @@ Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]     # an Adam mo
 class ModelKeys(Config):
     "The model to train and how to compute it."
     model_name: str = "gemma3-270m"             # a maxpost.model preset, or tiny-gemma3 / tiny-llama (tests)
-    load_parameters_path: str = ""              # maxpost checkpoint or HF folder; empty: random init
+    load_parameters_path: str = ""              # maxpost checkpoint, HF folder or MaxText …/0/items; empty: random init
     tokenizer_path: str = ""                    # default: the checkpoint's tokenizer
     init_weights_seed: int = 0                  # random init (no load_parameters_path) and LoRA's A
     dtype: Dtype = "float32"                    # compute dtype (activations, matmul inputs)

@@ -365,6 +365,7 @@ def random_params(mcfg: ModelConfig, seed: int = 0) -> dict:
 def load_base(cfg: SFTConfig) -> tuple[ModelConfig, dict, Path | None]:
     "(model config, base params as numpy, tokenizer folder or None) of `load_parameters_path`, or a random init."
     from maxpost.checkpoint import CheckpointError, check_against_preset, hf_to_params, load_checkpoint
+    from maxpost.convert.maxtext import load_maxtext, maxtext_items
     path = cfg.load_parameters_path
     tok = Path(cfg.tokenizer_path) if cfg.tokenizer_path else None
     if not path:
@@ -373,6 +374,7 @@ def load_base(cfg: SFTConfig) -> tuple[ModelConfig, dict, Path | None]:
     p = Path(path)
     if (p / "config.json").exists() and not (p / "maxpost.json").exists():
         params, mcfg = hf_to_params(p); tok = tok or p
+    elif maxtext_items(p) is not None: params, mcfg = load_maxtext(p, cfg.model_name)   # MaxText: …/0/items
     else:
         params, mcfg, meta = load_checkpoint(p)
         p = Path(meta["_dir"])

@@ -14,7 +14,7 @@ import numpy as np
 
 from .checkpoint import (HF_GLOBAL, config_from_hf, config_to_hf, hf_layer_names, is_checkpoint,
                                 load_checkpoint, maxpost_to_hf_layer, read_checkpoint_meta)
-from .engine import (EngineUnavailableError, GenerationResult, SamplingParams, check_stream_ids,
+from .engine import (EngineUnavailableError, GenerationResult, SamplingParams, apply_stop_strings, check_stream_ids,
                             default_stop_token_ids, encode_prompts, load_tokenizer)
 from .model import ModelConfig, param_shapes
 
@@ -200,7 +200,8 @@ class VLLMEngine:
         return VSP(n=1 if greedy else sp.n, temperature=float(sp.temperature), top_k=int(sp.top_k),
                    top_p=float(sp.top_p), max_tokens=int(sp.max_tokens),
                    stop_token_ids=list(stop), logprobs=0, seed=None if greedy else request_seed(sp.seed, stream_id),
-                   detokenize=False, ignore_eos=True, **extra)   # else vLLM adds generation_config's EOS ids
+                   ignore_eos=True,                      # else vLLM adds generation_config's EOS ids
+                   stop=list(sp.stop or ()), include_stop_str_in_output=True, detokenize=bool(sp.stop), **extra)
 
     def generate(self, prompts, params: SamplingParams | None = None, *,
                  stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
@@ -236,6 +237,7 @@ class VLLMEngine:
                                             sampling_logprobs=lps.copy() if sp.sampling_logprobs else None))
         if self.tokenizer is not None:
             for r, text in zip(res, self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)): r.text = text
+        apply_stop_strings(res, self.tokenizer, sp.stop)   # vLLM stopped; this cuts maxpost's decoded text alike
         ntok = sum(len(r.token_ids) for r in res)
         self.stats.update(tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
         return res

@@ -79,6 +79,15 @@ def worker_smollm2(dtype: str) -> dict:
     r = eng.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=(stop_tok,)))[0]
     out["stop"] = dict(stop_tok=stop_tok, token_ids=r.token_ids, finish_reason=r.finish_reason,
                        n_logprobs=len(r.logprobs), text=r.text, greedy_text=greedy[0].text)
+    # a stop string (MaxText's stop_strings): generation ends with the token that completes it, the text ends with it
+    g0, dec = greedy[0], lambda t: eng.tokenizer.decode(t, skip_special_tokens=True)
+    at = len(dec(g0.token_ids[:3]))
+    stop_str = g0.text[at:at + 3]
+    j = next(j for j in range(1, len(g0.token_ids) + 1) if stop_str in dec(g0.token_ids[:j]))
+    r = eng.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=40, stop=(stop_str,)))[0]
+    out["stop_string"] = dict(stop=stop_str, token_ids=r.token_ids, want_ids=g0.token_ids[:j], text=r.text,
+                              want_text=g0.text[:g0.text.find(stop_str) + len(stop_str)], finish_reason=r.finish_reason,
+                              n_logprobs=len(r.logprobs))
     # seeds: same call → same samples; a prompt's samples do not depend on the other prompts; another seed differs
     sp = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=24, n=3, seed=1)
     a, again = eng.generate(prompts, sp), eng.generate(prompts, sp)
@@ -203,6 +212,13 @@ def test_stop_token(smol_fp32):
     assert s["finish_reason"] == "stop" and s["token_ids"][-1] == s["stop_tok"] and len(s["token_ids"]) <= 4
     assert s["n_logprobs"] == len(s["token_ids"])
     assert s["greedy_text"].startswith(s["text"]) and len(s["text"]) < len(s["greedy_text"])
+
+def test_stop_string(smol_fp32):
+    "vLLM stops on a stop string as the native engine's apply_stop_strings cuts (06a_engine): the string is kept."
+    s = smol_fp32["stop_string"]
+    assert s["stop"] and s["finish_reason"] == "stop", s
+    assert (s["token_ids"], s["text"]) == (s["want_ids"], s["want_text"]), s
+    assert s["text"].endswith(s["stop"]) and s["n_logprobs"] == len(s["token_ids"]), s
 
 def test_seed_reproducible(smol_fp32):
     s = smol_fp32["seed"]

@@ -142,6 +142,8 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     # CPU: a fraction of RAM); None: vLLM's default
     max_num_seqs: PosInt = 256              # sequences vLLM decodes together
     max_num_batched_tokens: PosInt | None = None   # tokens per vLLM engine step; None: max(prompt + completion, 8192)
+    stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
+    # it produces, the string kept (MaxText's include_stop_str_in_output); rollouts and evaluation, both engines
     log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
 
     @model_validator(mode="after")

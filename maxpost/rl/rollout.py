@@ -113,7 +113,7 @@ def sampling_params(cfg: RLConfig, seed: int):
     from maxpost.engine import SamplingParams
     return SamplingParams(temperature=cfg.decode_sampling_temperature, top_k=cfg.decode_sampling_top_k,
                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length,
-                          n=cfg.num_generations, seed=seed, sampling_logprobs=True)
+                          n=cfg.num_generations, seed=seed, sampling_logprobs=True, stop=cfg.stop_strings)
 
 _NOT_COLUMNS = ("prompt_ids", "prompt", "dataset_index")
 
@@ -194,10 +194,12 @@ def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, ro
 
 # %% ../../nbs/10b_rl_rollout.ipynb #2c89d340
 def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: float = 0.0, seed: int = 0,
-                  max_tokens: int = 256, answer_column: str = "answer", top_k: int = 0, top_p: float = 1.0) -> dict:
+                  max_tokens: int = 256, answer_column: str = "answer", top_k: int = 0, top_p: float = 1.0,
+                  stop: tuple | None = None) -> dict:
     "Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n."
     from maxpost.engine import SamplingParams
-    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p)
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p,
+                        stop=stop)
     ids = [int(r.get("dataset_index", i)) for i, r in enumerate(rows)]
     res = engine.generate([r["prompt_ids"] for r in rows], sp, stream_ids=ids)
     total, per_fn, err = score(rows, res, fns, weights, answer_column)
@@ -230,7 +232,8 @@ def evaluate_gsm8k(engine, tokenizer, rows: list, cfg: RLConfig, seed: int, out_
     ecfg = dict(eval_mode=mode, num_eval_passes=K, decode_sampling_temperature=temp,
                 decode_sampling_top_k=cfg.eval_top_k, decode_sampling_nucleus_p=cfg.eval_top_p,
                 prompt_template=cfg.prompt_template, few_shot=cfg.few_shot, max_completion_length=cfg.max_completion_length, seed=seed,
-                batch_size=cfg.batch_size * cfg.num_generations, max_prefill_length=cfg.max_prefill_predict_length)
+                batch_size=cfg.batch_size * cfg.num_generations, max_prefill_length=cfg.max_prefill_predict_length,
+                stop_strings=cfg.stop_strings)
     qa = [{"question": r[cfg.prompt_column], "answer": r[cfg.answer_column]} for r in rows]
     summary, _ = evaluate(engine, tokenizer, qa, ecfg, out_dir=out_dir, progress=False)
     out = {}

@@ -378,7 +378,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
         "The run's reward functions on the eval rows, plus maxpost.evaluate's GSM8K metrics for question/answer data."
         out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.num_eval_passes,
                                            cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column,
-                                           top_k=cfg.eval_top_k, top_p=cfg.eval_top_p))
+                                           top_k=cfg.eval_top_k, top_p=cfg.eval_top_p, stop=cfg.stop_strings))
         if cfg.dataset_type != "synthetic":
             out |= evaluate_gsm8k(engine, tok, eval_rows, cfg, seed, run_dir / f"eval_{tag}")
         return out
