@@ -9,7 +9,7 @@ Docs: https://maxpost.github.io/maxpost/dpo.html.md"""
 from __future__ import annotations
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import jax
@@ -52,9 +52,15 @@ class DPOConfig(SFTConfig):
     packing: bool = False
     learning_rate: NonNegFloat = 5e-7
     dpo: DPOKeys = DPOKeys()
+    sft_only: ClassVar[dict] = {"prompt_template": None, "eval_data_columns": None, "synthetic_task": None,
+                                "use_chat_template": True, "sft_train_on_completion_only": True}   # key → the one value
+    # preference tuning honours (None: none); such a key set to anything else is an error
 
     @model_validator(mode="after")
     def _check(self):
+        for k, ok in self.sft_only.items():
+            if k in self.model_fields_set and (ok is None or getattr(self, k) != ok):
+                raise ConfigError(f"{k} is an SFT key that train_dpo does not honour; remove it", key=k)
         if not self.use_dpo: raise ConfigError("train_dpo needs use_dpo=true", key="use_dpo")
         if self.packing: raise ConfigError("preference pairs are not packed: set packing=false", key="packing")
         if self.dpo.reference_model_path and self.dpo.algo in REFERENCE_FREE:
@@ -193,7 +199,8 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        from maxpost.data_sources import hub_kwargs, with_chat_template
+        tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         if cfg.dataset_type == "gsm8k":
             if not cfg.load_parameters_path: raise ConfigError("dataset_type=gsm8k samples the model's own answers: "
                                                                "set load_parameters_path", key="load_parameters_path")
@@ -209,7 +216,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
             from maxpost.data import load_sft_dataset
             if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
             key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
-            try: data = load_sft_dataset(where, split, num_rows=rows)
+            try: data = load_sft_dataset(where, split, num_rows=rows, **hub_kwargs(cfg, split))
             except Exception as e:
                 if not isinstance(e, user_errors()): raise
                 raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
