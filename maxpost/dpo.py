@@ -52,7 +52,8 @@ class DPOConfig(SFTConfig):
     packing: bool = False
     learning_rate: NonNegFloat = 5e-7
     dpo: DPOKeys = DPOKeys()
-    sft_only: ClassVar[dict] = {"prompt_template": None, "eval_data_columns": None, "synthetic_task": None,
+    eval_data_columns: list[str] = []             # the held-out data's columns; []: train_data_columns
+    sft_only: ClassVar[dict] = {"prompt_template": None, "synthetic_task": None,
                                 "use_chat_template": True, "sft_train_on_completion_only": True}   # key → the one value
     # preference tuning honours (None: none); such a key set to anything else is an error
 
@@ -66,9 +67,10 @@ class DPOConfig(SFTConfig):
         if self.dpo.reference_model_path and self.dpo.algo in REFERENCE_FREE:
             raise ConfigError(f"dpo.algo={self.dpo.algo} uses no reference model; remove dpo.reference_model_path",
                               key="dpo.reference_model_path")
-        if self.train_data_columns and len(self.train_data_columns) not in (2, 3):
-            raise ConfigError(f"name 2 columns (chosen, rejected) or 3 (prompt, chosen, rejected), got "
-                              f"{len(self.train_data_columns)}", key="train_data_columns")
+        for k in ("train_data_columns", "eval_data_columns"):
+            if getattr(self, k) and len(getattr(self, k)) not in (2, 3):
+                raise ConfigError(f"name 2 columns (chosen, rejected) or 3 (prompt, chosen, rejected), got "
+                                  f"{len(getattr(self, k))}", key=k)
         return self
 
 # %% ../nbs/13c_dpo.ipynb #b1261212
@@ -190,8 +192,9 @@ def _progress(it, desc: str):
 # %% ../nbs/13c_dpo.ipynb #d55c94b2
 GSM8K_DEFAULT_ROWS = 512
 
-def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, seed: int, source: str | None = None) -> list:
-    "Tokenized `PreferencePair`s of `split` of the run's dataset (or of `source`)."
+def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, seed: int, source: str | None = None,
+               held_out: bool = False) -> list:
+    "Tokenized `PreferencePair`s of `split` of the run's dataset (or of `source`); `held_out`: the eval data's columns."
     rows = None if num_rows < 0 else num_rows
     if cfg.dataset_type == "synthetic":
         pairs = synthetic_pairs(rows or 4096, mcfg.vocab_size, seed=seed)
@@ -220,9 +223,12 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
             except Exception as e:
                 if not isinstance(e, user_errors()): raise
                 raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
-        try: pairs, report = tokenize_preferences(data, tok, cfg.max_target_length, cfg.train_data_columns or None,
+        ckey = "eval_data_columns" if held_out and cfg.eval_data_columns else "train_data_columns"
+        cols = getattr(cfg, ckey)
+        try: pairs, report = tokenize_preferences(data, tok, cfg.max_target_length, cols or None,
                                                    cfg.dpo.max_prompt_length)
-        except ValueError as e: raise ConfigError(f"{where}: {e}", key="train_data_columns") from None
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}", key=ckey) from None
         print(f"{split}: loaded {report.n_examples} pairs, {report.n_target_tokens} response tokens; {report}", file=sys.stderr)
     if not pairs: raise ValueError(f"no {split} preference pairs")
     top = max(int(max(p.chosen.ids.max(), p.rejected.ids.max())) for p in pairs)
@@ -259,7 +265,7 @@ def train(cfg: DPOConfig) -> dict:
     eval_pairs = None
     if cfg.eval_interval > 0 and cfg.eval_steps != 0:
         eval_pairs = load_pairs(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
-                                cfg.hf_eval_files or None)
+                                cfg.hf_eval_files or None, held_out=True)
         if cfg.eval_steps > 0: eval_pairs = eval_pairs[:cfg.eval_steps * B]
     trainer = DPOTrainer(cfg, mcfg, base, mesh)
     del base
