@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sft_throughput as st   # cpu_info, machine_kind, jax_info, matmul_peak, tunix_optimizer, LoRA targets
 
 ROOT = Path(__file__).resolve().parents[1]
-TAG = "@@dpo "
+TAG = st.TAG            # the workers' protocol lines on stdout (sft_throughput.Worker reads them)
 BETA = 0.1
 
 def make_pairs(vocab: int, B: int, P: int, R: int) -> dict:
@@ -148,18 +148,13 @@ def worker(name: str, a):
         elif line.strip() == "done":
             say({"peak_rss_gib": st._peak_rss_gib()}); return
 
-class Worker:
+class Worker(st.Worker):
+    "`sft_throughput.Worker` (its read/ask protocol) running this script's worker."
     def __init__(self, name: str, a, lora_file: str):
         args = [sys.executable, __file__, "--worker", name, "--pairs", str(a.pairs), "--prompt", str(a.prompt),
                 "--response", str(a.response), "--dtype", a.dtype, "--lora-file", lora_file]
         self.name, self.p = name, subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                                    cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-    def read(self) -> dict:
-        for line in self.p.stdout:
-            if line.startswith(TAG): return json.loads(line[len(TAG):])
-        raise SystemExit(f"{self.name} worker ended (exit {self.p.wait()}): out of memory or an error above")
-    def ask(self, cmd: str) -> dict:
-        self.p.stdin.write(cmd + "\n"); self.p.stdin.flush(); return self.read()
 
 def bench(a) -> dict:
     "maxpost set up first (Tunix starts from its LoRA A), then Tunix; a compile step each; then alternation."
