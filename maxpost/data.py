@@ -20,8 +20,8 @@ logger = logging.getLogger("maxpost.data")
 # %% auto #0
 __all__ = ['logger', 'SCHEMAS', 'CALCULATOR_ANNOTATION', 'ANSWER_FORMATS', 'BATCH_KEYS', 'BadRow', 'detect_schema',
            'strip_calculator', 'format_answer', 'to_messages', 'chat_text_spans', 'mask_from_offsets', 'trained_pieces',
-           'show_mask', 'SFTExample', 'DataReport', 'tokenize_sft', 'tokenize_chat', 'pack_first_fit', 'collate',
-           'SFTDataIterator', 'default_sft_dataset', 'load_sft_examples']
+           'show_mask', 'SFTExample', 'DataReport', 'iter_rows', 'tokenize_sft', 'tokenize_chat', 'pack_first_fit',
+           'collate', 'fingerprint', 'SFTDataIterator', 'default_sft_dataset', 'load_sft_examples']
 
 # %% ../nbs/04_data.ipynb #f9a75541
 SCHEMAS: dict[str, tuple[str, ...]] = {"messages": ("messages",), "prompt_completion": ("prompt", "completion"),
@@ -230,7 +230,7 @@ class DataReport:
 # %% ../nbs/04_data.ipynb #98d3dd5a
 from .data_sources import raw_text_spans, row_template_kwargs
 
-def _iter_rows(rows, chunk: int):
+def iter_rows(rows, chunk: int):
     "Rows as dicts; a `datasets.Dataset` is read a chunk of columns at a time (row by row access is slow)."
     if not hasattr(rows, "iter"): yield from rows; return
     for part in rows.iter(batch_size=chunk):
@@ -265,7 +265,7 @@ def tokenize_sft(rows, tokenizer, max_target_length: int, schema: str | None = N
     rep = DataReport(n_rows=len(rows), max_target_length=T)
     texts, spans, idx = [], [], []
     chat = use_chat_template and bool(getattr(tokenizer, "chat_template", None)) and schema != "text"
-    for i, row in enumerate(_iter_rows(rows, chunk)):
+    for i, row in enumerate(iter_rows(rows, chunk)):
         try:
             msgs = to_messages(row, schema, prompt_template, answer_format)
             text, sp = (chat_text_spans(msgs, tokenizer, **row_template_kwargs(kw, row)) if chat else raw_text_spans(msgs, tokenizer))
@@ -336,7 +336,7 @@ def collate(examples: Sequence[SFTExample], bins: Sequence[Sequence[int]], max_t
     return out
 
 # %% ../nbs/04_data.ipynb #02f34c04
-def _fingerprint(examples: Sequence[SFTExample]) -> str:
+def fingerprint(examples: Sequence[SFTExample]) -> str:
     "A short hash of all ids and masks, in order."
     h = hashlib.blake2b(digest_size=8)
     for e in examples: h.update(np.asarray(e.ids, np.int32).tobytes()); h.update(np.packbits(e.mask).tobytes()); h.update(b"|")
@@ -359,7 +359,7 @@ class SFTDataIterator:
         if self.lengths.max() > self.T:
             raise ValueError(f"an example fills {self.lengths.max()} slots > max_target_length={self.T}; tokenize "
                              f"with the same max_target_length")
-        self.fingerprint = _fingerprint(self.examples)
+        self.fingerprint = fingerprint(self.examples)
         self.epoch, self.position, self.last_num_target_tokens = 0, 0, 0
         self._plan: tuple[int, list[list[int]]] | None = None
 

@@ -9,7 +9,7 @@ Docs: https://maxpost.github.io/maxpost/dpo.html.md"""
 from __future__ import annotations
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import jax
@@ -52,17 +52,25 @@ class DPOConfig(SFTConfig):
     packing: bool = False
     learning_rate: NonNegFloat = 5e-7
     dpo: DPOKeys = DPOKeys()
+    eval_data_columns: list[str] = []             # the held-out data's columns; []: train_data_columns
+    sft_only: ClassVar[dict] = {"prompt_template": None, "synthetic_task": None,
+                                "use_chat_template": True, "sft_train_on_completion_only": True}   # key → the one value
+    # preference tuning honours (None: none); such a key set to anything else is an error
 
     @model_validator(mode="after")
     def _check(self):
+        for k, ok in self.sft_only.items():
+            if k in self.model_fields_set and (ok is None or getattr(self, k) != ok):
+                raise ConfigError(f"{k} is an SFT key that train_dpo does not honour; remove it", key=k)
         if not self.use_dpo: raise ConfigError("train_dpo needs use_dpo=true", key="use_dpo")
         if self.packing: raise ConfigError("preference pairs are not packed: set packing=false", key="packing")
         if self.dpo.reference_model_path and self.dpo.algo in REFERENCE_FREE:
             raise ConfigError(f"dpo.algo={self.dpo.algo} uses no reference model; remove dpo.reference_model_path",
                               key="dpo.reference_model_path")
-        if self.train_data_columns and len(self.train_data_columns) not in (2, 3):
-            raise ConfigError(f"name 2 columns (chosen, rejected) or 3 (prompt, chosen, rejected), got "
-                              f"{len(self.train_data_columns)}", key="train_data_columns")
+        for k in ("train_data_columns", "eval_data_columns"):
+            if getattr(self, k) and len(getattr(self, k)) not in (2, 3):
+                raise ConfigError(f"name 2 columns (chosen, rejected) or 3 (prompt, chosen, rejected), got "
+                                  f"{len(getattr(self, k))}", key=k)
         return self
 
 # %% ../nbs/13c_dpo.ipynb #b1261212
@@ -184,8 +192,9 @@ def _progress(it, desc: str):
 # %% ../nbs/13c_dpo.ipynb #d55c94b2
 GSM8K_DEFAULT_ROWS = 512
 
-def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, seed: int, source: str | None = None) -> list:
-    "Tokenized `PreferencePair`s of `split` of the run's dataset (or of `source`)."
+def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, seed: int, source: str | None = None,
+               held_out: bool = False) -> list:
+    "Tokenized `PreferencePair`s of `split` of the run's dataset (or of `source`); `held_out`: the eval data's columns."
     rows = None if num_rows < 0 else num_rows
     if cfg.dataset_type == "synthetic":
         pairs = synthetic_pairs(rows or 4096, mcfg.vocab_size, seed=seed)
@@ -193,7 +202,8 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        from maxpost.data_sources import hub_kwargs, with_chat_template
+        tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         if cfg.dataset_type == "gsm8k":
             if not cfg.load_parameters_path: raise ConfigError("dataset_type=gsm8k samples the model's own answers: "
                                                                "set load_parameters_path", key="load_parameters_path")
@@ -209,13 +219,16 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
             from maxpost.data_sources import load_sft_dataset
             if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
             key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
-            try: data = load_sft_dataset(where, split, num_rows=rows)
+            try: data = load_sft_dataset(where, split, num_rows=rows, **hub_kwargs(cfg, split))
             except Exception as e:
                 if not isinstance(e, user_errors()): raise
                 raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
-        try: pairs, report = tokenize_preferences(data, tok, cfg.max_target_length, cfg.train_data_columns or None,
+        ckey = "eval_data_columns" if held_out and cfg.eval_data_columns else "train_data_columns"
+        cols = getattr(cfg, ckey)
+        try: pairs, report = tokenize_preferences(data, tok, cfg.max_target_length, cols or None,
                                                    cfg.dpo.max_prompt_length)
-        except ValueError as e: raise ConfigError(f"{where}: {e}", key="train_data_columns") from None
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}", key=ckey) from None
         print(f"{split}: loaded {report.n_examples} pairs, {report.n_target_tokens} response tokens; {report}", file=sys.stderr)
     if not pairs: raise ValueError(f"no {split} preference pairs")
     top = max(int(max(p.chosen.ids.max(), p.rejected.ids.max())) for p in pairs)
@@ -252,7 +265,7 @@ def train(cfg: DPOConfig) -> dict:
     eval_pairs = None
     if cfg.eval_interval > 0 and cfg.eval_steps != 0:
         eval_pairs = load_pairs(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
-                                cfg.hf_eval_files or None)
+                                cfg.hf_eval_files or None, held_out=True)
         if cfg.eval_steps > 0: eval_pairs = eval_pairs[:cfg.eval_steps * B]
     trainer = DPOTrainer(cfg, mcfg, base, mesh)
     del base

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, _fingerprint, _iter_rows, collate,
+from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, fingerprint, iter_rows, collate,
                           format_answer, tokenize_sft)
 
 # %% auto #0
@@ -93,7 +93,7 @@ def tokenize_preferences(rows, tokenizer, max_target_length: int, train_data_col
     columns = preference_columns(cols, train_data_columns)
     rep = DataReport(n_rows=len(rows), max_target_length=T)
     sides, idx = ([], []), []
-    for i, row in enumerate(_iter_rows(rows, 2048)):
+    for i, row in enumerate(iter_rows(rows, 2048)):
         try: p, c, r = preference_row(row, columns)
         except BadRow as e: rep.skip(e.reason, i); continue
         sides[0].append({"prompt": p, "completion": c}); sides[1].append({"prompt": p, "completion": r}); idx.append(i)
@@ -136,7 +136,7 @@ class PreferenceIterator(SFTDataIterator):
         self.rejected = [p.rejected for p in pairs]
         if max(e.n_slots for e in self.rejected) > self.T:
             raise ValueError(f"a rejected response fills more than max_target_length={self.T} slots")
-        self.fingerprint = _fingerprint(self.examples + self.rejected)
+        self.fingerprint = fingerprint(self.examples + self.rejected)
         self.ref_logps = ref_logps
 
     def __next__(self):

@@ -2,7 +2,7 @@
 only the module path, the model path and the dataset path changed, and run for one step on the embedded SmolLM2-135M.
 
 What is changed, and nothing else:
-- the module: `python -m maxpost.train_sft` / `maxpost.train_rl` (MaxText's RL command also names MaxText's own
+- the module: `python -m maxpost.train_sft` / `maxpost.train_rl` / `maxpost.train_dpo` (MaxText's RL command also names MaxText's own
   `rl.yml`, a file of MaxText's; maxpost's module brings its own base config, so that argument goes with the module);
 - the model: `model_name=smollm2-135m` and the embedded model's HF folder for `load_parameters_path`,
   `tokenizer_path` or TRL's `--model_name_or_path`;
@@ -31,11 +31,16 @@ MAXTEXT_GSPO = MAXTEXT_GRPO + " loss_algo=gspo-token"
 # TRL, docs/source/quickstart.md + clis.md: `SFTTrainer(model="Qwen/Qwen2.5-0.5B",
 # train_dataset=load_dataset("trl-lib/Capybara", split="train"))`, as its command line:
 TRL_SFT = "trl sft --model_name_or_path Qwen/Qwen2.5-0.5B --dataset_name trl-lib/Capybara --output_dir Qwen2.5-0.5B-SFT"
-# (DPO's commands land with the DPO trainer, on another branch.)
+# MaxText, docs/tutorials/posttraining/dpo.md ("Running DPO Training"), maxtext 0.2.x:
+MAXTEXT_DPO = """python3 -m maxtext.trainers.post_train.dpo.train_dpo run_name=${RUN_NAME?}
+    base_output_directory=${BASE_OUTPUT_DIRECTORY?} model_name=${MODEL?} load_parameters_path=${MAXTEXT_CKPT_PATH?}
+    dataset_type=hf hf_path=${DATASET_NAME?} train_split=${TRAIN_SPLIT?} train_data_columns="${TRAIN_DATA_COLUMNS?}"
+    steps=${STEPS?} eval_interval=0 per_device_batch_size=1 max_target_length=1024 use_dpo=1 dpo.algo=${ALGORITHM?}"""
 
 BUDGET = {
     "sft": ["max_target_length=64", "eval_interval=0", "save_model=false", "enable_checkpointing=false",
             "enable_tqdm=false"],
+    "dpo": ["max_target_length=64", "save_model=false", "enable_checkpointing=false", "enable_tqdm=false"],
     "rl": ["steps=1", "batch_size=2", "num_generations=2", "max_completion_length=4", "num_train_rows=2",
            "eval_before_after=false", "save_model=false", "enable_checkpointing=false", "enable_tqdm=false"],
 }
@@ -51,11 +56,14 @@ def _argv(command: str, env: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    "Local stand-ins for the commands' hub datasets, in their formats: chat messages (UltraChat, Capybara)."
+    """Local stand-ins for the commands' hub datasets, in their formats: chat messages (UltraChat, Capybara), and the
+    DPO tutorial's 3-column triplets (argilla/distilabel-intel-orca-dpo-pairs: input, chosen, rejected)."""
     d = tmp_path_factory.mktemp("compat")
     msgs = [[{"role": "user", "content": f"What is {i} + 1?"}, {"role": "assistant", "content": f"It is {i + 1}."}]
             for i in range(8)]
     (d / "chat.jsonl").write_text("".join(json.dumps({"messages": m, "id": i}) + "\n" for i, m in enumerate(msgs)))
+    (d / "dpo.jsonl").write_text("".join(json.dumps({"input": f"What is {i} + 1?", "chosen": f"It is {i + 1}.",
+                                                     "rejected": f"It is {i + 2}."}) + "\n" for i in range(4)))
     return d
 
 def _result(r) -> dict:
@@ -80,6 +88,15 @@ def test_trl_sft(hf_smol, data, tmp_path):
     res = _result(run_module("maxpost.train_sft", *argv, "--max_steps", "1", "--per_device_train_batch_size", "1",
                              *BUDGET["sft"], env=_env(tmp_path)))
     assert res["steps"] == 1 and Path(res["run_dir"]) == out
+
+def test_maxtext_dpo(hf_smol, data, tmp_path):
+    "The DPO tutorial's command (full fine-tuning, MaxText's keys as given; `max_target_length` cut to 64 by BUDGET)."
+    env = dict(RUN_NAME="dpo", BASE_OUTPUT_DIRECTORY=tmp_path, MODEL="smollm2-135m", MAXTEXT_CKPT_PATH=hf_smol,
+               DATASET_NAME=data / "dpo.jsonl", TRAIN_SPLIT="train", TRAIN_DATA_COLUMNS="['input', 'chosen', 'rejected']",
+               STEPS=1, ALGORITHM="dpo")
+    res = _result(run_module("maxpost.train_dpo", *_argv(MAXTEXT_DPO, env), *BUDGET["dpo"], env=_env(tmp_path)))
+    assert res["steps"] == 1 and res["algo"] == "dpo" and abs(res["loss"] - 0.6931) < 1e-3, res   # log 2 at step 1
+    assert "max_target_length: 64" in (tmp_path / "dpo" / "config.yml").read_text()
 
 def _rl_env(hf_smol, tmp_path):
     return dict(MODEL="smollm2-135m", TOKENIZER=hf_smol, MAXTEXT_CKPT_PATH=hf_smol, RUN_NAME="rl",

@@ -72,6 +72,8 @@ def test_bad_input_stops_before_compute(tmp_path, hf_smol, capsys):
     for algo in ("orpo", "simpo"):
         assert "uses no reference model" in _error(capsys, TINY + out + [f"dpo.algo={algo}", f"dpo.reference_model_path={hf_smol}"])
     assert "gemma3-270m" in _error(capsys, ["model_name=gemma3-270m", f"load_parameters_path={hf_smol}", *out])
+    for key in ("prompt_template=plain", "use_chat_template=false", "synthetic_task=copy"):   # SFT keys DPO cannot honour
+        assert f"{key.split('=')[0]} is an SFT key" in _error(capsys, TINY + out + [key])
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("metrics.jsonl"))
 
 def test_maxtext_command_smollm2_three_steps_lower_the_loss(tmp_path, hf_smol):
