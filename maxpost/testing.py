@@ -13,7 +13,7 @@ import numpy as np
 
 from .sft import model_config, random_params
 from .rl.config import RLConfig, check_config
-from .rl.rollout import PromptStream, evaluate_rows
+from .rl.rollout import OneStepOff, PromptStream, evaluate_rows
 from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 # %% auto #0
@@ -105,9 +105,11 @@ def addition_experiment(params: dict, loss_algo: str = "grpo", steps: int = 60, 
     state = trainer.init_state()
     engine = make_rollout_engine(cfg, trainer, state, DigitTokenizer())
     stream = PromptStream(addition_rows([(a, b) for a in range(10) for b in range(10)]), cfg.data_shuffle_seed)
+    off = OneStepOff(stream) if cfg.rollout_mode == "one_step_off" else None
     before, records = addition_accuracy(engine), []
     for _ in range(steps):
-        state, m, _ = rl_step(trainer, state, engine, stream, [addition_answer], [1.0])
+        state, m, _ = rl_step(trainer, state, engine, stream, [addition_answer], [1.0], off)
         records.append(m)
+    if off: off.join()
     after = addition_accuracy(engine)
     return {"before": before, "after": after, "records": records, "state": state, "trainer": trainer}

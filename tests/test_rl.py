@@ -101,6 +101,35 @@ def test_cli_gspo_token_resumes_exactly_after_sigkill(sft_ckpt, tmp_path):
             if not k.startswith("time/") and k not in ("step_time", "peak_rss_gib"): assert a[k] == b[k], (a["step"], k, a[k], b[k])
     assert json.loads((run_dir / "eval_before.json").read_text()) == json.loads((rd / "eval_before.json").read_text())
 
+def test_one_step_off_learns_like_sync(sft_params):
+    """rollout_mode=one_step_off (each rollout sampled by the previous step's weights while the update runs, the lag
+    corrected by auto importance sampling) on test_rl_raises_accuracy_above_noise's task and budget: the first step is
+    fresh, every later one exactly one version stale, and the gain clears the same bar as sync GRPO's."""
+    from maxpost.testing import addition_experiment
+    r = addition_experiment(sft_params, "grpo", steps=60, rollout_mode="one_step_off")
+    gain, noise = _gain(r)
+    rec = r["records"]
+    print(f"grpo one_step_off: accuracy {np.mean(r['before']):.4f} -> {np.mean(r['after']):.4f} (gain {gain:+.4f}, "
+          f"eval-seed std {noise:.4f}); mean |log pi_old - log q| {np.mean([m['sampling/sampling_logp_difference/mean'] for m in rec[1:]]):.4f}")
+    assert [m["staleness"] for m in rec] == [0] + [1] * 59
+    assert [m["policy_version"] for m in rec] == [0] + list(range(59))
+    assert gain >= max(3 * noise, 0.02), (gain, noise)
+
+def test_one_step_off_resumes_after_sigkill(tmp_path):
+    """one_step_off killed after its step-2 checkpoint resumes without error: the in-flight rollout is recomputed from
+    the restored weights on the same prompts (staleness 0 at the first step after the resume, 1 after)."""
+    env = _env(tmp_path)
+    common = ["model_name=tiny-llama", "chips_per_vm=1", f"base_output_directory={tmp_path}", "steps=6",
+              "checkpoint_period=2", "eval_before_after=false", "enable_tqdm=false", "rollout_mode=one_step_off",
+              "run_name=o"]
+    kill_at(_cmd(*common), env, tmp_path / "o" / "checkpoints" / "2", 400)
+    res = _run(common, env)
+    s = res["start_step"]
+    assert s >= 2 and res["steps"] == 6, res
+    got = _metrics(tmp_path / "o")
+    assert [m["step"] for m in got] == list(range(1, 7))
+    assert [m["staleness"] for m in got] == [0 if i in (0, s) else 1 for i in range(6)], [m["staleness"] for m in got]
+
 def test_checkpoint_period_zero_saves_only_at_the_end(tmp_path):
     """checkpoint_period=0 means "no periodic checkpoints": the run saves its last step only (it used to divide by 0
     at step 1)."""

@@ -112,6 +112,8 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     use_engine_logprobs: bool = False       # old log-probs from the sampler (its log q) instead of a training forward pass
     importance_sampling_mode: Literal[("auto", "off") + IS_MODES] = "auto"   # engine-vs-trainer correction (TRL's vllm_importance_sampling_mode); auto: token_truncate for vllm or bfloat16, off for native float32
     importance_sampling_cap: Annotated[float, Field(gt=1)] = 3.0   # C > 1: larger weights are truncated to C or masked to 0 (TRL's cap)
+    rollout_mode: Literal["sync", "one_step_off"] = "sync"   # one_step_off: step t+1's rollout is sampled with step t's weights while step t's update runs
+    max_staleness: NonNegInt = 1            # a rollout sampled by weights more than this many updates-steps old is regenerated, never used
     max_dynamic_sampling_rounds: NonNegInt = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
     rollout_seed: int = 0
     # loss
@@ -166,6 +168,19 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
         if self.eval_mode == "pass_at_1" and self.num_eval_passes != 1:
             raise ConfigError(f"eval_mode=pass_at_1 takes one sample per prompt; for num_eval_passes="
                               f"{self.num_eval_passes} use eval_mode=pass or maj", key="eval_mode")
+        if self.rollout_mode == "one_step_off":
+            if self.max_staleness < 1:
+                raise ConfigError("rollout_mode=one_step_off samples each rollout with the previous step's weights "
+                                  "(staleness 1); max_staleness=0 would discard every one. Use max_staleness >= 1 or "
+                                  "rollout_mode=sync", key="max_staleness")
+            if self.rollout_engine != "native":
+                raise ConfigError(f"rollout_mode=one_step_off runs the native engine in a background thread; "
+                                  f"rollout_engine={self.rollout_engine} is not supported yet (use sync)",
+                                  key="rollout_mode")
+            if self.use_engine_logprobs:
+                raise ConfigError("rollout_mode=one_step_off with use_engine_logprobs=true would take π_old from the "
+                                  "stale sampler, hiding the lag from the importance-sampling correction; set "
+                                  "use_engine_logprobs=false", key="use_engine_logprobs")
         if self.few_shot and self.dataset_type != "gsm8k":
             raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
         return self
@@ -200,7 +215,8 @@ def reward_weights(cfg: RLConfig, n: int) -> list[float]:
 def importance_sampling(cfg: RLConfig) -> str | None:
     "The run's rollout-correction mode (`importance_sampling_mode` with `auto` resolved), None when off."
     m = cfg.importance_sampling_mode
-    if m == "auto": m = "token_truncate" if cfg.rollout_engine == "vllm" or cfg.dtype != "float32" else "off"
+    if m == "auto": m = ("token_truncate" if cfg.rollout_engine == "vllm" or cfg.dtype != "float32"
+                         or cfg.rollout_mode == "one_step_off" else "off")
     return None if m == "off" else m
 
 def check_config(cfg: RLConfig) -> LossConfig:

@@ -7,7 +7,7 @@ Docs: https://maxpost.github.io/maxpost/rl_rollout.html.md"""
 
 # %% ../../nbs/10b_rl_rollout.ipynb #89930cb5
 from __future__ import annotations
-import sys
+import sys, threading, time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,8 +19,8 @@ from .config import RLConfig, reward_weights
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed', 'sampling_params', 'score',
-           'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval',
-           'evaluate_gsm8k']
+           'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows',
+           'summarize_eval', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -125,6 +125,41 @@ def score(rows: list, results: list, fns, weights, answer_column: str = "answer"
     cols["answer"] = cols[answer_column]            # reward functions read the reference answer as `answer`
     prompts = [rows[i // G]["prompt"] for i in range(len(results))]
     return combine_rewards(fns, weights, prompts, [r.text for r in results], **cols)
+
+# %% ../../nbs/10b_rl_rollout.ipynb #off0b1a02
+class OneStepOff:
+    "The next step's rollout, collected in a background thread with the weights the engine holds when it starts."
+    def __init__(self, stream: PromptStream):
+        self.stream, self.pending, self.done = stream, None, None
+    def start(self, collect: Callable, rng, version: int):
+        "Run `collect(rng)` in a thread; `version`: the policy version (trainer step) of the engine's weights."
+        box, pos = {}, self.stream.state_dict()
+        def run():
+            t0 = time.perf_counter()
+            try: box["out"] = collect(rng)
+            except BaseException as e: box["err"] = e
+            box["time"] = time.perf_counter() - t0
+        th = threading.Thread(target=run, daemon=True); th.start()
+        self.pending = (th, box, version, pos)
+    def join(self) -> float:
+        "Wait for the thread (before the engine's weights change); returns the seconds waited."
+        if self.pending is None: return 0.0
+        th, box, version, pos = self.pending
+        t0 = time.perf_counter(); th.join(); self.pending = None
+        if "err" in box: raise box["err"]
+        self.done = (box["out"], version, pos, box["time"])
+        return time.perf_counter() - t0
+    def take(self):
+        "(rollout, its policy version, its thread's seconds) of the joined rollout, or None."
+        self.join()
+        d, self.done = self.done, None
+        return None if d is None else (d[0], d[1], d[3])
+    def state_dict(self) -> dict:
+        "The stream's position before any rollout not yet trained on took its prompts."
+        if self.pending: return self.pending[3]
+        return self.done[2] if self.done else self.stream.state_dict()
+    def load_state_dict(self, d: dict):
+        self.stream.load_state_dict(d); self.pending = self.done = None
 
 # %% ../../nbs/10b_rl_rollout.ipynb #5df07e9a
 def engine_logq(r) -> np.ndarray:

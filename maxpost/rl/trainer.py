@@ -29,12 +29,12 @@ from ..sft import DTYPES, map_position_chunks
 from ..sharding import named_sharding, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
 from .config import RLConfig, check_config, importance_sampling
-from .rollout import (PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
+from .rollout import (OneStepOff, PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
                                 load_rewards, pack_rollout, rollout_arrays, round_seed, sampling_params, score, summarize_eval,
                                 ROW_KEYS)
 
 # %% auto #0
-__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'load_policy_base',
+__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'collect_rollout', 'rl_step', 'load_policy_base',
            'make_rollout_engine', 'before_after_table', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
@@ -196,13 +196,11 @@ def minibatch(batch: dict, j: int, M: int) -> dict:
         out["gather"] = np.where(out["completion_mask"] > 0, out["gather"] - off, 0).astype(np.int32)
     return out
 
-def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, weights) -> tuple[dict, dict, list]:
-    "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
+def collect_rollout(trainer: RLTrainer, rng, engine, stream: PromptStream, fns, weights) -> dict:
+    "One step's rollout: sampling with seeds from `rng`, rewards, dynamic-sampling rounds; the kept groups."
     cfg, lc = trainer.cfg, trainer.lc
     P, G = cfg.batch_size, cfg.num_generations
-    T = cfg.max_prefill_predict_length + cfg.max_completion_length
-    t = {"rollout": 0.0, "reward": 0.0, "reference": 0.0, "update": 0.0, "sync": 0.0}
-    rng = np.asarray(jax.device_get(state["rng"]))
+    t = {"rollout": 0.0, "reward": 0.0}
     kept_rows, kept_res, kept_r, kept_fn, spare, dropped, errors, rounds = [], [], [], [], [], 0, {}, 0
     while len(kept_rows) < P:
         rows = stream.take(P)
@@ -226,6 +224,27 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         if rounds > cfg.max_dynamic_sampling_rounds: break
     while len(kept_rows) < P:                      # out of rounds: fill with uninformative groups (advantage 0)
         g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3])
+    return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "dropped": dropped,
+            "errors": errors, "rounds": rounds, "t": t}
+
+def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, weights,
+            off: OneStepOff | None = None) -> tuple[dict, dict, list]:
+    "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
+    # off: rollout_mode=one_step_off's background rollouts (the next step's is sampled while this step's update runs)
+    cfg, lc = trainer.cfg, trainer.lc
+    P, G = cfg.batch_size, cfg.num_generations
+    w0 = time.perf_counter()
+    rng, step = np.asarray(jax.device_get(state["rng"])), int(jax.device_get(state["step"]))   # step: policy version
+    got = off.take() if off else None
+    stale_dropped = int(got is not None and step - got[1] > cfg.max_staleness)   # too old: never used
+    if got is None or stale_dropped: got = (collect_rollout(trainer, rng, engine, stream, fns, weights), step, None)
+    ro, version = got[0], got[1]
+    t = {**ro["t"], "reference": 0.0, "update": 0.0, "sync": 0.0}
+    new_rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
+    if off:   # step+1's rollout, with the weights the engine holds now (this step's), while this step updates
+        off.start(lambda r: collect_rollout(trainer, r, engine, stream, fns, weights), np.asarray(new_rng), step)
+    kept_rows, kept_res, kept_r, kept_fn = ro["rows"], ro["res"], ro["rewards"], ro["per_fn"]
+    dropped, errors, rounds = ro["dropped"], ro["errors"], ro["rounds"]
     rewards = np.concatenate(kept_r)                                           # [P·G]
     adv = np.asarray(group_advantages(rewards, G, lc.advantage_method, lc.advantage_eps))
     M = cfg.num_minibatches
@@ -249,8 +268,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
             ms.append(m)
     ms = jax.device_get(ms)
     t["update"] = time.perf_counter() - t0
-    new_rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
     state = {**state, "step": trainer.replicate(state["step"] + 1), "rng": trainer.replicate(new_rng)}
+    if off: t["rollout_wait"] = off.join()      # the engine must be idle before its weights change
 
     t0 = time.perf_counter()
     engine.sync_weights(trainer.engine_params(state)); t["sync"] = time.perf_counter() - t0
@@ -259,7 +278,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     groups = rewards.reshape(P, G)
     out = {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
            "frac_reward_zero_std": float(np.mean(groups.std(-1) == 0)),
-           "dropped_groups": dropped, "rollout_rounds": rounds,
+           "dropped_groups": dropped, "rollout_rounds": rounds, "policy_version": version,
+           "staleness": step - version, "stale_rollouts_dropped": stale_dropped,
            "completion_length_mean": float(lengths.mean()), "completion_length_max": int(lengths.max()),
            "truncation_rate": float(np.mean([r.finish_reason == "length" for r in kept_res])),
            "reward_errors": int(sum(errors.values()))}
@@ -274,9 +294,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         else: out[k] = float(np.mean([float(m[k]) for m in ms]))
     for k in ("clip_frac", "ratio_mean", "ratio_min", "ratio_max"):
         out[f"last_{k}"] = float(last[k])
-    total_t = sum(t.values())
     for k, v in t.items(): out[f"time/{k}"] = v
-    out["time/step"] = total_t
+    out["time/step"] = time.perf_counter() - w0   # wall clock: with one_step_off, time/rollout overlapped the update
     samples = [{"prompt": kept_rows[i // G]["prompt"], "completion": r.text, "reward": float(rewards[i])}
                for i, r in enumerate(kept_res)]
     return state, out, samples
@@ -371,7 +390,9 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     trainer = RLTrainer(cfg, lc, mcfg, base)
     del base
     stream = PromptStream(train_rows, cfg.data_shuffle_seed)
-    run = RunLoop(cfg, trainer.init_state(), stream, desc="rl", postfix=("reward_mean", "kl", "entropy"))
+    off = OneStepOff(stream) if cfg.rollout_mode == "one_step_off" else None
+    # one_step_off checkpoints the stream before the in-flight rollout's prompts: a resume resamples them, fresh
+    run = RunLoop(cfg, trainer.init_state(), off or stream, desc="rl", postfix=("reward_mean", "kl", "entropy"))
     start, run_dir = run.restore(), run.run_dir
     engine = make_rollout_engine(cfg, trainer, run.state, tok)
     def ev(seed, tag):
@@ -391,11 +412,12 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
             before = ev(0, "before"); bp.write_text(json.dumps(before, indent=1))
     comp_f = open(run_dir / "completions.jsonl", "a") if cfg.log_completions else None
     def step_fn(state, step):
-        state, m, samples = rl_step(trainer, state, engine, stream, fns, weights)
+        state, m, samples = rl_step(trainer, state, engine, stream, fns, weights, off)
         if comp_f: comp_f.write("".join(json.dumps({"step": step, **x}) + "\n" for x in samples[:cfg.log_completions]))
         return state, m
     try: summary = run.loop(step_fn)
     finally:
+        if off: off.join()                     # a last, unused rollout: wait for it before evaluating
         if comp_f: comp_f.close()
         run.close()
     state = run.state
