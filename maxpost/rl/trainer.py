@@ -235,7 +235,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
         t0 = time.perf_counter()
         res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)),
-                              stream_ids=[r["dataset_index"] for r in rows])   # each prompt's own random stream
+                              stream_ids=[int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)])   # each prompt's own stream
         t1 = time.perf_counter(); t["rollout"] += t1 - t0
         total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
         if lc.soft_overlong_penalty:
