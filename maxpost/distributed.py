@@ -19,7 +19,7 @@ from .config import Config, ConfigError, PosInt
 # %% auto #0
 __all__ = ['ENV_KEYS', 'DistributedError', 'DistributedKeys', 'resolve', 'wait_for_coordinator', 'initialize', 'process_index',
            'process_count', 'is_main_process', 'barrier', 'process_allgather', 'gather_host', 'sum_over_processes',
-           'gather_json', 'all_same', 'main_print']
+           'local_rows', 'gather_json', 'all_same', 'main_print']
 
 # %% ../nbs/12a_distributed.ipynb #660cf68c
 ENV_KEYS = {"coordinator_address": "MAXPOST_COORDINATOR_ADDRESS", "num_processes": "MAXPOST_NUM_PROCESSES",
@@ -159,6 +159,13 @@ def gather_host(x) -> np.ndarray:
 def sum_over_processes(x):
     "The sum over processes of a host number or numpy array."
     return gather_host(x).sum(0)
+
+def local_rows(x) -> np.ndarray:
+    "This process's rows (axis 0) of an array split over processes by rows, as numpy (the whole array on one process)."
+    if jax.process_count() == 1 or getattr(x, "is_fully_addressable", True): return np.asarray(x)
+    parts = {}
+    for s in x.addressable_shards: parts.setdefault(s.index[0].start or 0, np.asarray(s.data))   # replicas once
+    return np.concatenate([parts[k] for k in sorted(parts)])
 
 def gather_json(obj) -> list:
     "Every process's JSON-serialisable `obj`, in process order."

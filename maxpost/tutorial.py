@@ -27,6 +27,8 @@ HARDWARE = {   # task -> what suits its FULL_RUN = True
           "(or one A100/H100) for full-parameter RL with 8+ completions of 256+ tokens per prompt.",
     "evaluate": "one accelerator with >= 16 GB (TPU v5e-1, L4/T4) evaluates the whole GSM8K test set (1319 "
                 "problems) with pass@k in minutes; a CPU takes hours.",
+    "hosts": "several hosts: a multi-host Cloud TPU slice (v5e-16, v4-16 or larger: 2+ VMs, every worker runs the same "
+             "command) or 2+ GPU nodes under SLURM; this notebook's local runs need only one machine.",
 }
 
 def in_colab() -> bool:

@@ -1,5 +1,5 @@
-"""SFT on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
-4 CPU devices train exactly like 1 process × 8 devices; a run whose process 1 is SIGKILLed resumes with the same
+"""SFT and RL on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
+4 CPU devices train exactly like 1 process × 8 devices, and GRPO on 2 × 2 like 1 × 4; a run whose process 1 is SIGKILLed resumes with the same
 launch and logs the uninterrupted run's losses; bad multi-process input ends with one error line."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
@@ -162,10 +162,56 @@ def test_evaluation_sharded_over_processes(tmp_path):
     head = sa[sa["eval"]["headline"]]["value"]
     assert sa == sb and 0 < head < 1, sa                  # some problems right, some wrong: not a vacuous match
 
-def test_rl_refuses_several_processes(monkeypatch):
-    "RL is not multi-process yet: under a 2-process launch it stops at once with an error naming num_processes."
-    from maxpost.rl.config import RLConfig
-    from maxpost.rl.trainer import train
-    monkeypatch.setenv("MAXPOST_NUM_PROCESSES", "2"); monkeypatch.setenv("MAXPOST_PROCESS_ID", "0")
-    monkeypatch.setenv("MAXPOST_COORDINATOR_ADDRESS", "127.0.0.1:1")
-    with pytest.raises(ValueError, match="num_processes"): train(RLConfig(model_name="tiny-gemma3"))
+RL_STEPS = 3
+RL_ARGS = ["model_name=tiny-gemma3", "enable_tqdm=false", f"steps={RL_STEPS}", "batch_size=8", "num_generations=4",
+           "num_eval_rows=10", "num_eval_passes=2", "checkpoint_period=2", "async_checkpointing=false", "save_model=true",
+           "initialization_timeout=120"]
+DIGITS = """
+def digits(prompts, completions, **kw):
+    "A graded reward that the random tiny model already earns sometimes: the share of digits in the completion."
+    return [sum(ch.isdigit() for ch in c) / 3 for c in completions]
+"""
+
+def _rl(*args) -> list[str]:
+    return [sys.executable, "-m", "maxpost.train_rl", *args]
+
+def test_rl_two_processes_like_one(tmp_path):
+    """GRPO on the tiny gemma (8 prompts × 4 samples, 2 iterations, KL to the reference, packed updates), 3 steps and an
+    evaluation before and after: 2 processes × 2 devices, each sampling 4 of the prompts, log the rewards of 1 process ×
+    4 devices exactly (every prompt samples from its own random stream) and the losses within float tolerance; the
+    evaluations are identical and only process 0 wrote the run's files."""
+    (tmp_path / "digits.py").write_text(DIGITS)
+    args = [*RL_ARGS, f"reward_functions_path={tmp_path / 'digits.py'}:digits", f"base_output_directory={tmp_path}"]
+    t0 = time.time()
+    _check(subprocess.run(_rl(*args, "run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 4),
+                          timeout=600))
+    t1 = time.time()
+    two = _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
+                                 "--", *_rl(*args, "run_name=two")], capture_output=True, text=True, cwd=ROOT,
+                                env=_env(tmp_path), timeout=600))
+    print(f"RL, 1 process: {t1 - t0:.0f} s; 2 processes: {time.time() - t1:.0f} s")
+    one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert [m["step"] for m in two_m] == list(range(1, RL_STEPS + 1))
+    for a, b in zip(one_m, two_m):
+        for k in ("reward_mean", "reward_std", "rewards/digits/mean", "completion_length_mean", "truncation_rate",
+                  "frac_reward_zero_std", "dropped_groups"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])                 # the same completions, the same rewards
+        for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "ratio_mean", "last_ratio_max"):
+            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), 1e-3), (a["step"], k, a[k], b[k])
+    assert any(m["reward_std"] > 0 for m in one_m) and all(abs(m["pg_loss"]) > 1e-4 for m in one_m)   # not vacuous
+    for f in ("eval_before.json", "eval_after.json"):
+        assert json.loads((tmp_path / "one" / f).read_text()) == json.loads((tmp_path / "two" / f).read_text()), f
+    assert json.loads((tmp_path / "two" / "eval_before.json").read_text())["digits"]["mean"] > 0
+    lines = two.stdout.splitlines()
+    assert sum(l.startswith("[0] {") for l in lines) == 1 and sum(l.startswith("[1] {") for l in lines) == 1
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    p1, p2 = _params(tmp_path / "one"), _params(tmp_path / "two")
+    for k in p1: np.testing.assert_allclose(p2[k], p1[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+def test_rl_bad_multiprocess_input(tmp_path):
+    "A batch of prompts that does not split into whole groups per process: one error line naming batch_size."
+    r = subprocess.run(_rl("model_name=tiny-gemma3", "num_processes=2", "batch_size=3", f"base_output_directory={tmp_path}"),
+                       capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    errs = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert len(errs) == 1 and "batch_size=3 prompts do not split over 2 processes" in errs[0], r.stderr[-3000:]

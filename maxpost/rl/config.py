@@ -20,7 +20,7 @@ from ..losses import IS_MODES, LossConfig, resolve_loss_config, LOSS_PRESETS
 
 # %% auto #0
 __all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'EVAL_SAMPLING', 'RL_ALIASES', 'steps_from_batches', 'eval_sampling',
-           'RLConfig', 'loss_config', 'reward_weights', 'importance_sampling', 'check_config']
+           'RLConfig', 'loss_config', 'reward_weights', 'importance_sampling', 'check_processes', 'check_config']
 
 # %% ../../nbs/10a_rl_config.ipynb #b228f8d0
 _LOSS_TYPES = get_type_hints(LossConfig, include_extras=True)   # with their constraints (PosFloat, …)
@@ -181,6 +181,7 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
                 raise ConfigError("rollout_mode=one_step_off with use_engine_logprobs=true would take π_old from the "
                                   "stale sampler, hiding the lag from the importance-sampling correction; set "
                                   "use_engine_logprobs=false", key="use_engine_logprobs")
+        if self.num_processes > 1: check_processes(self, self.num_processes)
         if self.few_shot and self.dataset_type != "gsm8k":
             raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
         return self
@@ -219,8 +220,20 @@ def importance_sampling(cfg: RLConfig) -> str | None:
                          or cfg.rollout_mode == "one_step_off" else "off")
     return None if m == "off" else m
 
+def check_processes(cfg: RLConfig, n: int):
+    "ConfigError unless `n` processes can share the run's prompts as whole groups with the native engine."
+    if n < 2: return
+    if cfg.batch_size % n:
+        raise ConfigError(f"batch_size={cfg.batch_size} prompts do not split over {n} processes: each process samples "
+                          f"and scores whole groups of num_generations={cfg.num_generations} completions, so batch_size "
+                          f"must be a multiple of the process count", key="batch_size")
+    if cfg.rollout_engine == "vllm":
+        raise ConfigError(f"rollout_engine=vllm runs on one process only; with {n} processes use rollout_engine=native "
+                          f"(each process samples on its own devices)", key="rollout_engine")
+
 def check_config(cfg: RLConfig) -> LossConfig:
-    "The checks that need the machine (devices, rollout engine) but no model or data; returns the resolved loss config."
+    "The checks that need the machine (devices, processes, rollout engine) but no model or data; returns the loss config."
+    check_processes(cfg, jax.process_count())
     n = jax.device_count()
     if cfg.chips_per_vm > n:
         raise ConfigError(f"chips_per_vm={cfg.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})")

@@ -194,11 +194,13 @@ def row_bucket(n: int, multiple: int = 1) -> int:
 
 ROW_KEYS = ("inputs", "positions", "segment_ids")   # packed keys with [M·R, L] rows; the others are [B, C] per completion
 
-def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, row_multiple: int = 1) -> dict:
+def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, row_multiple: int = 1,
+                 at_least: tuple = (0, 0, 0)) -> dict:
     """Packed training arrays of engine `results`: each prompt + completion at its real length, first-fit into rows of
     length L (the longest sequence rounded up to `bucket`), minibatch j in rows [j·R, (j+1)·R).
     Per-completion arrays [B, C] (C: the longest completion rounded up to `bucket`): `targets`, `completion_mask`,
-    `engine_logps`, and `gather`, the flat index into the [M·R·L] positions that predicts each completion token."""
+    `engine_logps`, and `gather`, the flat index into the [M·R·L] positions that predicts each completion token.
+    at_least: lower bounds on (L, C, R), so that every process's share of a global batch has the same shape."""
     from maxpost.data import pack_first_fit
     B, M = len(results), num_minibatches
     b = B // M
@@ -206,9 +208,9 @@ def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, ro
     n = [len(s) - 1 for s in seqs]                                           # positions with a next token
     lo = [len(r.prompt_token_ids) - 1 for r in results]
     nc = [max(0, min(len(r.token_ids), n_ - l)) for r, n_, l in zip(results, n, lo)]
-    L = _round_up(max(n), bucket); C = min(T, _round_up(max(max(nc), 1), bucket))
+    L = max(_round_up(max(n), bucket), at_least[0]); C = max(min(T, _round_up(max(max(nc), 1), bucket)), at_least[1])
     bins = [pack_first_fit(n[j * b:(j + 1) * b], L) for j in range(M)]
-    R = row_bucket(max(len(x) for x in bins), row_multiple)
+    R = max(row_bucket(max(len(x) for x in bins), row_multiple), at_least[2])
     a = {k: np.zeros((M * R, L), np.int32) for k in ROW_KEYS}
     a["targets"], a["gather"] = np.zeros((B, C), np.int32), np.zeros((B, C), np.int32)
     a["completion_mask"], a["engine_logps"] = np.zeros((B, C), np.float32), np.zeros((B, C), np.float32)
@@ -235,11 +237,22 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
     from maxpost.engine import SamplingParams
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p,
                         stop=stop)
-    ids = [int(r.get("dataset_index", i)) for i, r in enumerate(rows)]
-    res = engine.generate([r["prompt_ids"] for r in rows], sp, stream_ids=ids)
-    total, per_fn, err = score(rows, res, fns, weights, answer_column)
-    return {"total": total, **per_fn, "_lengths": np.array([len(r.token_ids) for r in res]),
-            "_truncated": np.array([r.finish_reason == "length" for r in res]), "_n": n}
+    P, me = jax.process_count(), jax.process_index()
+    mine = list(range(me, len(rows), P))          # several processes: each samples every P-th prompt, then all merge
+    if not mine: raise ValueError(f"{len(rows)} eval prompts for {P} processes: each process needs at least one")
+    ids = [int(rows[i].get("dataset_index", i)) for i in mine]           # each prompt's own random stream
+    res = engine.generate([rows[i]["prompt_ids"] for i in mine], sp, stream_ids=ids)
+    total, per_fn, err = score([rows[i] for i in mine], res, fns, weights, answer_column)
+    out = {"total": total, **per_fn, "_lengths": np.array([len(r.token_ids) for r in res]),
+           "_truncated": np.array([r.finish_reason == "length" for r in res])}
+    if P > 1:                                     # prompt-major [len(rows)·n] arrays in the one-process order
+        from maxpost.distributed import gather_json
+        parts = gather_json({k: np.asarray(v).tolist() for k, v in out.items()})
+        full = {k: np.zeros((len(rows), n), np.asarray(v).dtype) for k, v in out.items()}
+        for p, part in enumerate(parts):
+            for k, v in part.items(): full[k][p::P] = np.asarray(v, full[k].dtype).reshape(-1, n)
+        out = {k: v.reshape(-1) for k, v in full.items()}
+    return out | {"_n": n}
 
 def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     "name → {mean, lo, hi, n}: 95% intervals over prompts (Wilson for one 0/1 sample per prompt, else bootstrap)."

@@ -26,7 +26,8 @@ from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_
 from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
 from ..loop import RunLoop, jit_sharded, train_state_shardings
 from ..sft import DTYPES, map_position_chunks
-from ..sharding import named_sharding, replicated, tree_shardings
+from ..distributed import gather_host, gather_json, initialize, is_main_process, local_rows, process_allgather
+from ..sharding import named_sharding, process_rows, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
 from .config import RLConfig, check_config, importance_sampling
 from .rollout import (OneStepOff, PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
@@ -72,11 +73,16 @@ class RLTrainer:
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
         self.temperature = float(cfg.decode_sampling_temperature)   # log-probs of softmax(z/τ): the sampled policy
         self.is_mode = importance_sampling(cfg)                      # rollout correction, None when off
-        # batch rows (and log-prob outputs) split over fsdp when a minibatch's rows divide evenly, else replicated
-        n_fsdp = self.mesh.shape["fsdp"]
-        even = (cfg.batch_size * cfg.num_generations // cfg.num_minibatches) % n_fsdp == 0
-        self.rows_sh = NamedSharding(self.mesh, PartitionSpec("fsdp")) if even else replicated(self.mesh)
-        self.row_multiple = n_fsdp if even else 1                    # packed row counts rounded to a multiple of it
+        # batch rows (and log-prob outputs) split over data × fsdp when a minibatch's rows divide evenly, else
+        # replicated (one process only: with several, each process holds its own rows)
+        n_rows, n_proc = self.mesh.shape["data"] * self.mesh.shape["fsdp"], jax.process_count()
+        per_update = cfg.batch_size * cfg.num_generations // cfg.num_minibatches
+        even = per_update % n_rows == 0
+        if not even and n_proc > 1:
+            raise ConfigError(f"batch_size × num_generations / num_minibatches = {per_update} completions per update "
+                              f"do not split over the {n_rows} data × fsdp devices of {n_proc} processes", key="batch_size")
+        self.rows_sh = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp"))) if even else replicated(self.mesh)
+        self.row_multiple = n_rows // n_proc if even else 1          # packed rows per process: a multiple of it
         # params and frozen weights on their shardings; batch rows on rows_sh
         logps = lambda policy, sh: jit_sharded(partial(self._logps_fn, policy=policy), self.mesh, (*sh, self.rows_sh),
                                                self.rows_sh)
@@ -103,8 +109,18 @@ class RLTrainer:
         return jax.device_put(x, self.state_sh["step"])
 
     def put(self, batch: dict) -> dict:
-        "A batch (numpy) on the mesh, its rows split over fsdp (`rows_sh`)."
-        return {k: jax.device_put(v, self.rows_sh) for k, v in batch.items()}
+        "A batch (numpy) on the mesh, its rows split over data × fsdp (`rows_sh`); with several processes, this process's rows."
+        N = jax.process_count()
+        if N == 1: return {k: jax.device_put(v, self.rows_sh) for k, v in batch.items()}
+        out = {}
+        for k, v in batch.items():
+            v = np.asarray(v)
+            if k == "gather":          # a packed batch: index into the global rows, which start at this process's
+                R, L = batch["inputs"].shape
+                first = process_rows(self.rows_sh, (N * R, L))[0]
+                v = np.where(batch["completion_mask"] > 0, v + first * L, 0).astype(np.int32)
+            out[k] = jax.make_array_from_process_local_data(self.rows_sh, v, (N * v.shape[0], *v.shape[1:]))
+        return out
 
     def model_and_lora(self, trainable, frozen):
         "(Decoder, lora argument) for trainable params."
@@ -173,13 +189,23 @@ class RLTrainer:
         if self.cfg.use_lora: return merge_lora(self.frozen, state["params"], self.lora_scale)
         return jax.tree.map(jnp.copy, state["params"])    # a copy: the next update donates the state's buffers
 
+    def host_engine_params(self, state) -> dict:
+        "`engine_params` for this process's engine: the arrays on one process; on several, whole weights (numpy) on each."
+        p = self.engine_params(state)
+        return p if jax.process_count() == 1 else {k: process_allgather(v) for k, v in p.items()}
+
 # %% ../../nbs/10c_rl_trainer.ipynb #8a5e0f91
 def training_batch(trainer: RLTrainer, results) -> dict:
     "The rollout's training arrays (numpy): packed at real lengths (`packing`) or fixed [B, T] rows."
     cfg = trainer.cfg
     T = cfg.max_prefill_predict_length + cfg.max_completion_length
     if not cfg.packing: return rollout_arrays(results, T, cfg.use_engine_logprobs)
-    b = pack_rollout(results, T, cfg.packing_bucket, cfg.num_minibatches, trainer.row_multiple)
+    M = cfg.num_minibatches
+    b = pack_rollout(results, T, cfg.packing_bucket, M, trainer.row_multiple)
+    if jax.process_count() > 1:              # every process's share of the global arrays: the same (L, C, R)
+        mine = (b["inputs"].shape[1], b["targets"].shape[1], b["inputs"].shape[0] // M)
+        need = tuple(int(x) for x in gather_host(np.array(mine)).max(0))
+        if need != mine: b = pack_rollout(results, T, cfg.packing_bucket, M, trainer.row_multiple, at_least=need)
     if cfg.use_engine_logprobs: b["old_logps"] = b["engine_logps"].copy()
     return b
 
@@ -199,13 +225,16 @@ def minibatch(batch: dict, j: int, M: int) -> dict:
 def collect_rollout(trainer: RLTrainer, rng, engine, stream: PromptStream, fns, weights) -> dict:
     "One step's rollout: sampling with seeds from `rng`, rewards, dynamic-sampling rounds; the kept groups."
     cfg, lc = trainer.cfg, trainer.lc
-    P, G = cfg.batch_size, cfg.num_generations
+    G, N = cfg.num_generations, jax.process_count()
+    P = cfg.batch_size // N                      # this process's prompts: whole groups, never split over processes
+    first = jax.process_index() * P              # its share of each global batch of prompts
     t = {"rollout": 0.0, "reward": 0.0}
     kept_rows, kept_res, kept_r, kept_fn, spare, dropped, errors, rounds = [], [], [], [], [], 0, {}, 0
     while len(kept_rows) < P:
-        rows = stream.take(P)
+        rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
         t0 = time.perf_counter()
-        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)))
+        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)),
+                              stream_ids=[int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)])   # each prompt's own stream
         t1 = time.perf_counter(); t["rollout"] += t1 - t0
         total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
         if lc.soft_overlong_penalty:
@@ -232,7 +261,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
     # off: rollout_mode=one_step_off's background rollouts (the next step's is sampled while this step's update runs)
     cfg, lc = trainer.cfg, trainer.lc
-    P, G = cfg.batch_size, cfg.num_generations
+    G = cfg.num_generations
     w0 = time.perf_counter()
     rng, step = np.asarray(jax.device_get(state["rng"])), int(jax.device_get(state["step"]))   # step: policy version
     got = off.take() if off else None
@@ -255,8 +284,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     if trainer.recompute_old and not cfg.use_engine_logprobs or trainer.use_ref:
         dev = trainer.put(batch)
         if trainer.recompute_old and not cfg.use_engine_logprobs:
-            batch["old_logps"] = np.asarray(jax.device_get(trainer.policy_logps(state, dev)))
-        if trainer.use_ref: batch["ref_logps"] = np.asarray(jax.device_get(trainer.ref_logps(dev)))
+            batch["old_logps"] = local_rows(trainer.policy_logps(state, dev))       # this process's rows
+        if trainer.use_ref: batch["ref_logps"] = local_rows(trainer.ref_logps(dev))
     t["reference"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -272,19 +301,23 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     if off: t["rollout_wait"] = off.join()      # the engine must be idle before its weights change
 
     t0 = time.perf_counter()
-    engine.sync_weights(trainer.engine_params(state)); t["sync"] = time.perf_counter() - t0
+    engine.sync_weights(trainer.host_engine_params(state)); t["sync"] = time.perf_counter() - t0
 
-    lengths = np.array([len(r.token_ids) for r in kept_res])
-    groups = rewards.reshape(P, G)
+    # the logged rollout figures are over the global batch: every process's completions, in process order
+    names = list(kept_fn[0])
+    local = np.stack([rewards, [len(r.token_ids) for r in kept_res], [r.finish_reason == "length" for r in kept_res],
+                      *[np.concatenate([f[k] for f in kept_fn]) for k in names]]).astype(np.float64)   # [k, P·G]
+    parts = gather_json([local.tolist(), [dropped, rounds, sum(errors.values())]])     # JSON: float64, exactly
+    rewards, lengths, trunc, *per_fn = np.concatenate([np.array(p[0]) for p in parts], axis=1)
+    dropped, rounds, n_err = np.array([p[1] for p in parts]).T
+    groups = rewards.reshape(-1, G)
     out = {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
            "frac_reward_zero_std": float(np.mean(groups.std(-1) == 0)),
-           "dropped_groups": dropped, "rollout_rounds": rounds, "policy_version": version,
+           "dropped_groups": int(dropped.sum()), "rollout_rounds": int(rounds.max()), "policy_version": version,
            "staleness": step - version, "stale_rollouts_dropped": stale_dropped,
            "completion_length_mean": float(lengths.mean()), "completion_length_max": int(lengths.max()),
-           "truncation_rate": float(np.mean([r.finish_reason == "length" for r in kept_res])),
-           "reward_errors": int(sum(errors.values()))}
-    for name in kept_fn[0]:
-        v = np.concatenate([f[name] for f in kept_fn])
+           "truncation_rate": float(trunc.mean()), "reward_errors": int(n_err.sum())}
+    for name, v in zip(names, per_fn):
         out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = float(v.mean()), float(v.std())
     last = ms[-1]
     for k in ms[0]:
@@ -296,8 +329,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         out[f"last_{k}"] = float(last[k])
     for k, v in t.items(): out[f"time/{k}"] = v
     out["time/step"] = time.perf_counter() - w0   # wall clock: with one_step_off, time/rollout overlapped the update
-    samples = [{"prompt": kept_rows[i // G]["prompt"], "completion": r.text, "reward": float(rewards[i])}
-               for i, r in enumerate(kept_res)]
+    samples = [{"prompt": kept_rows[i // G]["prompt"], "completion": r.text, "reward": float(local[0, i])}
+               for i, r in enumerate(kept_res)]            # this process's own
     return state, out, samples
 
 # %% ../../nbs/10c_rl_trainer.ipynb #50ec98e7
@@ -330,7 +363,7 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
         if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
         eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype,
                           logprobs_mode="processed_logprobs", **vkw)      # log q of the sampling distribution
-    eng.sync_weights(trainer.engine_params(state))
+    eng.sync_weights(trainer.host_engine_params(state))
     return eng
 
 def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None) -> list[str]:
@@ -373,10 +406,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     "Run (or resume) RL as `cfg` says, as a step function on maxpost.loop.RunLoop; returns a summary."
     # extra_rewards: reward functions `fn(prompts, completions, **columns) -> list[float]` defined in Python (a
     # notebook), used after those `cfg` names; `reward_weights`, when set, has one weight for each of them all
-    from maxpost.distributed import resolve
-    if resolve(cfg)["num_processes"] > 1:          # not yet: each process would sample and train on its own
-        raise ConfigError("RL runs on one process only for now (num_processes > 1 is SFT and evaluation's)",
-                          key="num_processes")
+    initialize(cfg)                             # joins a multi-process run (maxpost.distributed)
     lc = check_config(cfg)
     fns, weights = load_rewards(cfg, extra_rewards)
     check_dataset(cfg)
@@ -405,12 +435,13 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
         return out
     before = None
     if cfg.eval_before_after:
-        bp = run_dir / "eval_before.json"
-        if bp.exists(): before = json.loads(bp.read_text())
-        else:
+        bp = run_dir / "eval_before.json"           # process 0's files decide, for every process
+        before = gather_json(json.loads(bp.read_text()) if is_main_process() and bp.exists() else None)[0]
+        if before is None:
             if start: print("warning: resumed run without eval_before.json; evaluating the resumed policy", file=sys.stderr)
-            before = ev(0, "before"); bp.write_text(json.dumps(before, indent=1))
-    comp_f = open(run_dir / "completions.jsonl", "a") if cfg.log_completions else None
+            before = ev(0, "before")
+            if is_main_process(): bp.write_text(json.dumps(before, indent=1))
+    comp_f = open(run_dir / "completions.jsonl", "a") if cfg.log_completions and is_main_process() else None
     def step_fn(state, step):
         state, m, samples = rl_step(trainer, state, engine, stream, fns, weights, off)
         if comp_f: comp_f.write("".join(json.dumps({"step": step, **x}) + "\n" for x in samples[:cfg.log_completions]))
@@ -423,18 +454,21 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     state = run.state
     after = None
     if cfg.eval_before_after:
-        after = ev(0, "after"); (run_dir / "eval_after.json").write_text(json.dumps(after, indent=1))
-        table = before_after_table(before, after)
-        (run_dir / "eval_before_after.md").write_text(table + "\n")
-        print(table, file=sys.stderr)
-    records = [json.loads(l) for l in run.metrics_path.read_text().splitlines() if l.strip()]
-    plots = _plot(run_dir, records, before, after)
+        after = ev(0, "after")
+        if is_main_process():
+            (run_dir / "eval_after.json").write_text(json.dumps(after, indent=1))
+            table = before_after_table(before, after)
+            (run_dir / "eval_before_after.md").write_text(table + "\n")
+            print(table, file=sys.stderr)
+    main = is_main_process()                    # process 0 alone wrote metrics.jsonl and writes plots and the model
+    records = [json.loads(l) for l in run.metrics_path.read_text().splitlines() if l.strip()] if main else []
+    plots = _plot(run_dir, records, before, after) if main else []
     model_dir = None
     if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
         from maxpost.checkpoint import save_checkpoint
-        p = trainer.engine_params(state)
-        model_dir = save_checkpoint(run_dir / "model", {k: np.asarray(v) for k, v in p.items()}, mcfg,
-                                    model_name=cfg.model_name or None, tokenizer_dir=tok_dir, overwrite=True)
+        p = {k: process_allgather(v) for k, v in trainer.engine_params(state).items()}   # every process gathers
+        if main: model_dir = save_checkpoint(run_dir / "model", p, mcfg, model_name=cfg.model_name or None,
+                                             tokenizer_dir=tok_dir, overwrite=True)
     times = {k[5:]: float(np.sum([r[k] for r in records])) for k in (records[0] if records else {}) if k.startswith("time/")}
     return {"run_dir": str(run_dir), "steps": summary["steps"], "start_step": start,
             "reward_mean_last": records[-1]["reward_mean"] if records else None, "skipped_long_prompts": skipped,
