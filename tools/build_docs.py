@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Build maxpost's documentation as an offline HTML site, without Quarto.
 
-    .venv/bin/python tools/build_docs.py [--out _site] [--jobs 2] [--execute 'tutorials/*'] [--cell-timeout 600]
+    .venv/bin/python tools/build_docs.py [--out _site] [--jobs 2] [--execute 'tutorials/*'] [--cell-timeout 1200]
                                          [--nbs nbs] [--nbdev-exec]
 
 Every notebook under the configured `nbs_path` (recursively; names starting with `_` or `.` are skipped) goes through
@@ -340,7 +340,7 @@ def write_site(out: Path, nbs: Path, results: list[dict], site_title: str, site_
     return entries
 
 def build(out: Path, jobs: int, nbdev_exec: bool, nbs: Path | None = None, execute: list[str] = (),
-          cell_timeout: int = 600) -> int:
+          cell_timeout: int = 1200) -> int:
     t0 = time.time()
     os.chdir(ROOT)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -386,7 +386,7 @@ def main(argv=None) -> int:
     ap.add_argument('--execute', default='tutorials/*', metavar='PATTERN',
                     help="run the notebooks whose path under nbs/ matches these globs (comma-separated) before "
                          "rendering them (default: 'tutorials/*'; '' for none)")
-    ap.add_argument('--cell-timeout', type=int, default=600, help='seconds per cell when executing (default: 600)')
+    ap.add_argument('--cell-timeout', type=int, default=1200, help='seconds per cell when executing (default: 1200)')
     ap.add_argument('--nbdev-exec', action='store_true',
                     help="run every cell that contains an import, whole, as nbdev does (default: no test cell "
                          "runs; their imports run only if a show_doc or exported cell needs them)")
