@@ -19,8 +19,8 @@ from .config import RLConfig, reward_weights
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed', 'sampling_params', 'score',
-           'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows',
-           'summarize_eval', 'evaluate_gsm8k']
+           'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout',
+           'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -125,6 +125,42 @@ def score(rows: list, results: list, fns, weights, answer_column: str = "answer"
     cols["answer"] = cols[answer_column]            # reward functions read the reference answer as `answer`
     prompts = [rows[i // G]["prompt"] for i in range(len(results))]
     return combine_rewards(fns, weights, prompts, [r.text for r in results], **cols)
+
+# %% ../../nbs/10b_rl_rollout.ipynb #collro01
+from ..losses import informative_groups, overlong_penalty
+
+def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, weights) -> dict:
+    "One step's rollout (`lc` the loss config): sampling with seeds from `rng`, rewards, dynamic-sampling rounds; the kept groups."
+    G, N = cfg.num_generations, jax.process_count()
+    P = cfg.batch_size // N                      # this process's prompts: whole groups, never split over processes
+    first = jax.process_index() * P              # its share of each global batch of prompts
+    t = {"rollout": 0.0, "reward": 0.0}
+    kept_rows, kept_res, kept_r, kept_fn, spare, dropped, errors, rounds = [], [], [], [], [], 0, {}, 0
+    while len(kept_rows) < P:
+        rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
+        t0 = time.perf_counter()
+        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)),
+                              stream_ids=[int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)])   # each prompt's own stream
+        t1 = time.perf_counter(); t["rollout"] += t1 - t0
+        total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
+        if lc.soft_overlong_penalty:
+            total = total + np.asarray(overlong_penalty(np.array([len(r.token_ids) for r in res]),
+                                                        cfg.max_completion_length, lc.overlong_buffer_len,
+                                                        lc.overlong_penalty_factor))
+        t["reward"] += time.perf_counter() - t1
+        for k, v in err.items(): errors[k] = errors.get(k, 0) + v
+        rounds += 1
+        keep = np.asarray(informative_groups(total, G)) if lc.dynamic_sampling else np.ones(P, bool)
+        for i in range(P):
+            grp = (rows[i], res[i * G:(i + 1) * G], total[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in per_fn.items()})
+            if keep[i] and len(kept_rows) < P:
+                kept_rows.append(grp[0]); kept_res += grp[1]; kept_r.append(grp[2]); kept_fn.append(grp[3])
+            elif not keep[i]: dropped += 1; spare.append(grp)
+        if rounds > cfg.max_dynamic_sampling_rounds: break
+    while len(kept_rows) < P:                      # out of rounds: fill with uninformative groups (advantage 0)
+        g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3])
+    return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "dropped": dropped,
+            "errors": errors, "rounds": rounds, "t": t}
 
 # %% ../../nbs/10b_rl_rollout.ipynb #off0b1a02
 class OneStepOff:

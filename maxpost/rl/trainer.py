@@ -30,12 +30,12 @@ from ..distributed import gather_host, gather_json, initialize, is_main_process,
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
 from .config import RLConfig, check_config, importance_sampling
-from .rollout import (OneStepOff, PromptStream, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
+from .rollout import (OneStepOff, PromptStream, collect_rollout, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
                                 load_rewards, pack_rollout, rollout_arrays, round_seed, sampling_params, score, summarize_eval,
                                 ROW_KEYS)
 
 # %% auto #0
-__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'collect_rollout', 'rl_step', 'load_policy_base',
+__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'load_policy_base',
            'make_rollout_engine', 'before_after_table', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
@@ -222,40 +222,6 @@ def minibatch(batch: dict, j: int, M: int) -> dict:
         out["gather"] = np.where(out["completion_mask"] > 0, out["gather"] - off, 0).astype(np.int32)
     return out
 
-def collect_rollout(trainer: RLTrainer, rng, engine, stream: PromptStream, fns, weights) -> dict:
-    "One step's rollout: sampling with seeds from `rng`, rewards, dynamic-sampling rounds; the kept groups."
-    cfg, lc = trainer.cfg, trainer.lc
-    G, N = cfg.num_generations, jax.process_count()
-    P = cfg.batch_size // N                      # this process's prompts: whole groups, never split over processes
-    first = jax.process_index() * P              # its share of each global batch of prompts
-    t = {"rollout": 0.0, "reward": 0.0}
-    kept_rows, kept_res, kept_r, kept_fn, spare, dropped, errors, rounds = [], [], [], [], [], 0, {}, 0
-    while len(kept_rows) < P:
-        rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
-        t0 = time.perf_counter()
-        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)),
-                              stream_ids=[int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)])   # each prompt's own stream
-        t1 = time.perf_counter(); t["rollout"] += t1 - t0
-        total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
-        if lc.soft_overlong_penalty:
-            total = total + np.asarray(overlong_penalty(np.array([len(r.token_ids) for r in res]),
-                                                        cfg.max_completion_length, lc.overlong_buffer_len,
-                                                        lc.overlong_penalty_factor))
-        t["reward"] += time.perf_counter() - t1
-        for k, v in err.items(): errors[k] = errors.get(k, 0) + v
-        rounds += 1
-        keep = np.asarray(informative_groups(total, G)) if lc.dynamic_sampling else np.ones(P, bool)
-        for i in range(P):
-            grp = (rows[i], res[i * G:(i + 1) * G], total[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in per_fn.items()})
-            if keep[i] and len(kept_rows) < P:
-                kept_rows.append(grp[0]); kept_res += grp[1]; kept_r.append(grp[2]); kept_fn.append(grp[3])
-            elif not keep[i]: dropped += 1; spare.append(grp)
-        if rounds > cfg.max_dynamic_sampling_rounds: break
-    while len(kept_rows) < P:                      # out of rounds: fill with uninformative groups (advantage 0)
-        g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3])
-    return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "dropped": dropped,
-            "errors": errors, "rounds": rounds, "t": t}
-
 def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, weights,
             off: OneStepOff | None = None) -> tuple[dict, dict, list]:
     "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
@@ -266,12 +232,12 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     rng, step = np.asarray(jax.device_get(state["rng"])), int(jax.device_get(state["step"]))   # step: policy version
     got = off.take() if off else None
     stale_dropped = int(got is not None and step - got[1] > cfg.max_staleness)   # too old: never used
-    if got is None or stale_dropped: got = (collect_rollout(trainer, rng, engine, stream, fns, weights), step, None)
+    if got is None or stale_dropped: got = (collect_rollout(cfg, lc, rng, engine, stream, fns, weights), step, None)
     ro, version = got[0], got[1]
     t = {**ro["t"], "reference": 0.0, "update": 0.0, "sync": 0.0}
     new_rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
     if off:   # step+1's rollout, with the weights the engine holds now (this step's), while this step updates
-        off.start(lambda r: collect_rollout(trainer, r, engine, stream, fns, weights), np.asarray(new_rng), step)
+        off.start(lambda r: collect_rollout(cfg, lc, r, engine, stream, fns, weights), np.asarray(new_rng), step)
     kept_rows, kept_res, kept_r, kept_fn = ro["rows"], ro["res"], ro["rewards"], ro["per_fn"]
     dropped, errors, rounds = ro["dropped"], ro["errors"], ro["rounds"]
     rewards = np.concatenate(kept_r)                                           # [P·G]
