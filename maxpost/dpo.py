@@ -46,7 +46,7 @@ class DPOKeys(Config):
 class DPOConfig(SFTConfig):
     "Every key of `python -m maxpost.train_dpo`: SFT's keys, MaxText's `use_dpo` and `train_data_columns`, and the `dpo` section."
     use_dpo: bool = True                          # MaxText's switch; must be true here
-    dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"   # gsm8k: pairs on the model's own wrong answers
+    dataset_type: Literal["gsm8k", "hf", "synthetic"] = "gsm8k"   # gsm8k: pairs on the model's own wrong answers (hf_path wins)
     train_data_columns: list[str] = []            # (prompt, chosen, rejected) or (chosen, rejected); []: detect
     num_train_rows: int = -1                      # -1: all rows (gsm8k: 512 problems, each sampled once)
     packing: bool = False
@@ -204,7 +204,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         from transformers import AutoTokenizer
         from maxpost.data_sources import hub_kwargs, with_chat_template
         tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
-        if cfg.dataset_type == "gsm8k":
+        if cfg.dataset_type == "gsm8k" and not (cfg.hf_path or source):   # as in SFT, a named dataset wins
             if not cfg.load_parameters_path: raise ConfigError("dataset_type=gsm8k samples the model's own answers: "
                                                                "set load_parameters_path", key="load_parameters_path")
             def engine():
@@ -217,7 +217,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
             where, key = "gsm8k", "dataset_type"
         else:
             from maxpost.data_sources import load_sft_dataset
-            if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
+            if not (cfg.hf_path or source): raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
             key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
             try: data = load_sft_dataset(where, split, num_rows=rows, **hub_kwargs(cfg, split))
             except Exception as e:

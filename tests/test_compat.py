@@ -36,6 +36,10 @@ MAXTEXT_DPO = """python3 -m maxtext.trainers.post_train.dpo.train_dpo run_name=$
     base_output_directory=${BASE_OUTPUT_DIRECTORY?} model_name=${MODEL?} load_parameters_path=${MAXTEXT_CKPT_PATH?}
     dataset_type=hf hf_path=${DATASET_NAME?} train_split=${TRAIN_SPLIT?} train_data_columns="${TRAIN_DATA_COLUMNS?}"
     steps=${STEPS?} eval_interval=0 per_device_batch_size=1 max_target_length=1024 use_dpo=1 dpo.algo=${ALGORITHM?}"""
+# TRL, docs/source/dpo_trainer.md (quick start: Qwen2-0.5B-Instruct on trl-lib/ultrafeedback_binarized) + clis.md,
+# as its command line:
+TRL_DPO = ("trl dpo --model_name_or_path Qwen/Qwen2-0.5B-Instruct --dataset_name trl-lib/ultrafeedback_binarized "
+           "--output_dir Qwen2-0.5B-DPO")
 
 BUDGET = {
     "sft": ["max_target_length=64", "eval_interval=0", "save_model=false", "enable_checkpointing=false",
@@ -62,6 +66,10 @@ def data(tmp_path_factory):
     msgs = [[{"role": "user", "content": f"What is {i} + 1?"}, {"role": "assistant", "content": f"It is {i + 1}."}]
             for i in range(8)]
     (d / "chat.jsonl").write_text("".join(json.dumps({"messages": m, "id": i}) + "\n" for i, m in enumerate(msgs)))
+    pair = lambda i, a: [{"role": "user", "content": f"What is {i} + 1?"}, {"role": "assistant", "content": f"It is {a}."}]
+    (d / "ultrafeedback.jsonl").write_text("".join(json.dumps({"chosen": pair(i, i + 1), "rejected": pair(i, i + 2),
+                                                               "score_chosen": 8.0, "score_rejected": 2.0}) + "\n"
+                                                   for i in range(4)))   # TRL's conversational, implicit-prompt pairs
     (d / "dpo.jsonl").write_text("".join(json.dumps({"input": f"What is {i} + 1?", "chosen": f"It is {i + 1}.",
                                                      "rejected": f"It is {i + 2}."}) + "\n" for i in range(4)))
     return d
@@ -97,6 +105,16 @@ def test_maxtext_dpo(hf_smol, data, tmp_path):
     res = _result(run_module("maxpost.train_dpo", *_argv(MAXTEXT_DPO, env), *BUDGET["dpo"], env=_env(tmp_path)))
     assert res["steps"] == 1 and res["algo"] == "dpo" and abs(res["loss"] - 0.6931) < 1e-3, res   # log 2 at step 1
     assert "max_target_length: 64" in (tmp_path / "dpo" / "config.yml").read_text()
+
+def test_trl_dpo(hf_smol, data, tmp_path):
+    "TRL's DPO quick start: conversational pairs whose shared first turn is the prompt; `--dataset_name` selects them."
+    out = tmp_path / "Qwen2-0.5B-DPO"
+    argv = _argv(TRL_DPO.replace("Qwen/Qwen2-0.5B-Instruct", str(hf_smol))
+                 .replace("trl-lib/ultrafeedback_binarized", str(data / "ultrafeedback.jsonl")).replace("Qwen2-0.5B-DPO", str(out)), {})
+    res = _result(run_module("maxpost.train_dpo", *argv, "--max_steps", "1", "--per_device_train_batch_size", "1",
+                             *BUDGET["dpo"], env=_env(tmp_path)))
+    assert res["steps"] == 1 and res["algo"] == "dpo" and abs(res["loss"] - 0.6931) < 1e-3, res
+    assert Path(res["run_dir"]) == out and "ultrafeedback.jsonl" in (out / "config.yml").read_text()
 
 def _rl_env(hf_smol, tmp_path):
     return dict(MODEL="smollm2-135m", TOKENIZER=hf_smol, MAXTEXT_CKPT_PATH=hf_smol, RUN_NAME="rl",
