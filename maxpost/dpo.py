@@ -24,7 +24,7 @@ from .model import PARAM_AXES, param_shapes
 from .sharding import tree_shardings
 from .sft import SFTConfig, SFTTrainer, load_base, token_nll
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
-from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, _model_identity
+from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
 
 # %% auto #0
 __all__ = ['GSM8K_DEFAULT_ROWS', 'DPOKeys', 'DPOConfig', 'DPOTrainer', 'load_pairs', 'load_reference', 'train']
@@ -212,7 +212,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
                 return make_engine("native", cfg.load_parameters_path, tok, max_batch=64, max_prefill=512,
                                    max_len=512 + cfg.dpo.rejected_max_tokens, model_name=cfg.model_name or None)
             data, _ = gsm8k_pairs(engine, tok, split, rows or GSM8K_DEFAULT_ROWS,
-                                  model_id=_model_identity(cfg.load_parameters_path), seed=seed,
+                                  model_id=model_identity(cfg.load_parameters_path), seed=seed,
                                   temperature=cfg.dpo.rejected_temperature, max_tokens=cfg.dpo.rejected_max_tokens)
             where, key = "gsm8k", "dataset_type"
         else:

@@ -21,7 +21,7 @@ from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, fingerprint,
 
 # %% auto #0
 __all__ = ['GSM8K_PAIR_TEMPLATE', 'preference_columns', 'split_prompt', 'preference_row', 'PreferencePair',
-           'tokenize_preferences', 'PreferenceIterator', 'synthetic_pairs', 'gsm8k_pairs']
+           'tokenize_preferences', 'PreferenceIterator', 'synthetic_pairs', 'model_identity', 'gsm8k_pairs']
 
 # %% ../nbs/13b_preference_data.ipynb #0470b0bf
 def preference_columns(columns: Sequence[str], train_data_columns: Sequence[str] | None = None) -> tuple[str | None, str, str]:
@@ -170,7 +170,7 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int = 0) -> list[PreferencePa
 # %% ../nbs/13b_preference_data.ipynb #887fc47e
 GSM8K_PAIR_TEMPLATE = "plain"
 
-def _model_identity(path) -> str:
+def model_identity(path) -> str:
     "A string that changes when the checkpoint folder at `path` changes (resolved path, file names, sizes, times)."
     p = Path(path).resolve()
     files = sorted(f for f in p.rglob("*") if f.is_file())[:200]
@@ -180,7 +180,7 @@ def gsm8k_pairs(engine, tokenizer, split: str = "train", num_rows: int = 256, *,
                 temperature: float = 0.7, max_tokens: int = 256, cache_dir=None, progress: bool = True) -> tuple[list[dict], dict]:
     "(rows {prompt, chosen, rejected, row}, provenance) of GSM8K `split`'s first `num_rows` problems; cached."
     # engine: a maxpost.engine Engine (only called on a cache miss; may be a function returning one)
-    # model_id: identifies the weights in the cache key and the provenance (e.g. `_model_identity(path)`)
+    # model_id: identifies the weights in the cache key and the provenance (e.g. `model_identity(path)`)
     from maxpost.engine import SamplingParams, chat_prompt_ids
     from maxpost.rewards.gsm8k import build_prompt, format_gold, load_qa_dataset
     from maxpost.rewards.answers import extract_answer, is_correct
