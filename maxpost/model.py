@@ -346,10 +346,8 @@ def _init(key, shape, axes, dtype):
     if axes[:2] == ("layers", "q_heads") or axes[:1] == ("q_heads",): fan_in = shape[-3] * shape[-2]
     return (jax.random.normal(key, shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
 
-# what the backward pass keeps of each layer (`remat_policy`): everything (none), its input only (full), or the
-# outputs of the projections' matmuls, recomputing norms, rope, attention and the activation from them (dots)
-REMAT_POLICIES = {"none": None, "full": jax.checkpoint_policies.nothing_saveable,
-                  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+REMAT_POLICIES = {"none": None, "full": jax.checkpoint_policies.nothing_saveable,   # what backward keeps: all, inputs,
+                  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}   # projections' outputs
 
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
@@ -414,8 +412,8 @@ class Decoder(nnx.Module):
             cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
             return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, None if cache is None else cache["end"]))
 
-        policy = REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]
-        if policy is not None: body = jax.checkpoint(body, policy=policy)
+        if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
+            body = jax.checkpoint(body, policy=policy)
         kv_in = None if cache is None else (cache["k"], cache["v"])
         x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
         x = self.final(x)
