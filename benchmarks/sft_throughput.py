@@ -4,6 +4,7 @@ same optimisation, so that the two loss sequences agree step by step.
 
     python benchmarks/sft_throughput.py [--mode lora|full] [--batch 2] [--seq 256] [--steps 5] [--dtype float32]
     python benchmarks/sft_throughput.py --mode full --batch 4 --seq 512 --sequential   # full FT, peak RSS of each
+    python benchmarks/sft_throughput.py --remat dots --baseline /tmp/base   # maxpost's remat_policy=dots vs the tree's
     python benchmarks/sft_throughput.py --rss [--batch 4] [--seq 512]   # peak RSS of a full fine-tune (maxpost CLI)
     python benchmarks/sft_throughput.py --step-hash   # hash of the lowered tiny train step: compare two code versions
     python benchmarks/sft_throughput.py --bf16-matmuls --baseline /tmp/base   # + maxpost with bf16_matmuls=true and
@@ -81,19 +82,20 @@ def make_tokens(vocab: int, batch: int, seq: int) -> np.ndarray:
     "Random token ids [batch, seq] (no padding), avoiding the special ids below 10."
     return np.random.default_rng(0).integers(10, vocab, (batch, seq), dtype=np.int32)
 
-def sft_config(hf_dir, mode: str, B: int, T: int, dtype: str, bf16_matmuls: bool = False):
+def sft_config(hf_dir, mode: str, B: int, T: int, dtype: str, bf16_matmuls: bool = False, remat: str = "none"):
     "The one SFTConfig both trainers take their LoRA and optimizer settings from."
     from maxpost.sft import SFTConfig
     return SFTConfig(model_name="gemma3-270m", load_parameters_path=str(hf_dir), use_lora=mode == "lora",
                      **({"bf16_matmuls": True} if bf16_matmuls else {}),   # (a --baseline tree may lack the key)
+                     **({"remat_policy": remat} if remat != "none" else {}),
                      lora_rank=LORA_RANK, lora_alpha=LORA_ALPHA, lora_module_path=MAXPOST_TARGETS, learning_rate=LR,
                      warmup_steps_fraction=0.0, steps=100, per_device_batch_size=B, max_target_length=T, dtype=dtype)
 
-def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str, bf16_matmuls: bool = False):
+def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str, bf16_matmuls: bool = False, remat: str = "none"):
     "(SFTTrainer, host batch) for `tokens`: every next-token prediction of the rows in the loss."
     from maxpost.sft import SFTTrainer, load_base
     B, T = tokens.shape
-    cfg = sft_config(hf_dir, mode, B, T, dtype, bf16_matmuls)
+    cfg = sft_config(hf_dir, mode, B, T, dtype, bf16_matmuls, remat)
     mcfg, base, _ = load_base(cfg)
     tr = SFTTrainer(cfg, mcfg, base); del base
     targets = np.concatenate([tokens[:, 1:], np.zeros((B, 1), np.int32)], 1)
@@ -101,9 +103,10 @@ def maxpost_trainer(hf_dir, tokens, mode: str, dtype: str, bf16_matmuls: bool = 
     return tr, dict(inputs=tokens, targets=targets, positions=np.tile(np.arange(T, dtype=np.int32), (B, 1)),
                     segment_ids=np.ones((B, T), np.int32), loss_mask=mask)
 
-def setup_maxpost(hf_dir, tokens, mode: str, dtype: str, lora_out: str | None, bf16_matmuls: bool = False):
+def setup_maxpost(hf_dir, tokens, mode: str, dtype: str, lora_out: str | None, bf16_matmuls: bool = False,
+                  remat: str = "none"):
     "A function that runs one maxpost SFT step on `tokens` and returns its loss (blocking); and N."
-    tr, batch = maxpost_trainer(hf_dir, tokens, mode, dtype, bf16_matmuls)
+    tr, batch = maxpost_trainer(hf_dir, tokens, mode, dtype, bf16_matmuls, remat)
     box = {"state": tr.init_state()}
     if lora_out and mode == "lora":      # the initial A factors, for Tunix to start from the same adapters
         np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
@@ -170,6 +173,11 @@ def setup_tunix(hf_dir, tokens, mode: str, dtype: str, lora_in: str | None):
         return float(jax.block_until_ready(losses[-1]))
     return step
 
+def _vm_hwm_gib(pid: int) -> float:
+    "Peak RSS so far (VmHWM) of a live process, GiB; 0 if it is gone."
+    try: return int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("VmHWM")).split()[1]) / 2**20
+    except (OSError, StopIteration): return 0.0
+
 def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20     # ru_maxrss is in KiB on Linux
 
@@ -181,7 +189,7 @@ def worker(name: str, a):
     t = time.perf_counter()
     if name.startswith("maxpost"):     # (BASE: the same code path, maxpost imported from --baseline)
         step, n = setup_maxpost(hf_dir, tokens, a.mode, a.dtype, a.lora_file if name == "maxpost" else None,
-                                name == BF16MM)
+                                name == BF16MM, "none" if name == BASE else a.remat)
     else: step, n = setup_tunix(hf_dir, tokens, a.mode, a.dtype, a.lora_file), None
     say = lambda d: print(TAG + json.dumps(d), flush=True)
     say({"ready": True, "setup_s": time.perf_counter() - t, "n_params": n, "rss_after_setup_gib": _peak_rss_gib()})
@@ -195,7 +203,7 @@ class Worker:
     "A trainer in a subprocess of this script."
     def __init__(self, name: str, a, lora_file: str):
         args = [sys.executable, __file__, "--worker", name, "--mode", a.mode, "--batch", str(a.batch),
-                "--seq", str(a.seq), "--dtype", a.dtype, "--lora-file", lora_file]
+                "--seq", str(a.seq), "--dtype", a.dtype, "--lora-file", lora_file, "--remat", a.remat]
         env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": a.baseline} if name == BASE else {})
         self.name, self.p = name, subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                                    cwd=ROOT, env=env)
@@ -213,13 +221,19 @@ def bench(a) -> dict:
         ([] if a.skip_tunix else ["tunix"])
     ws, out = {}, {}
     if a.sequential:      # one trainer alive at a time: the memory of the larger one, not of both
+        if a.mode == "full": names = names[-1:] + names[:-1] if names[-1] == "tunix" else names   # (no LoRA A to share)
         for k in names:
-            ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"losses": [], "step_s": []}
-            out[k]["load_avg_before"] = os.getloadavg()
-            r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["first_step_s"] = r["s"]
-            for _ in range(a.steps):
-                r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["step_s"].append(r["s"])
-            out[k] |= ws[k].ask("done") | {"load_avg_after": os.getloadavg()}; ws[k].p.wait()
+            hwm = 0.0
+            try:
+                ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"losses": [], "step_s": []}
+                out[k]["load_avg_before"] = os.getloadavg()
+                r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["first_step_s"] = r["s"]
+                for _ in range(a.steps):
+                    hwm = max(hwm, _vm_hwm_gib(ws[k].p.pid))
+                    r = ws[k].ask("step"); out[k]["losses"].append(r["loss"]); out[k]["step_s"].append(r["s"])
+                out[k] |= ws[k].ask("done") | {"load_avg_after": os.getloadavg()}; ws[k].p.wait()
+            except (SystemExit, OSError) as e:     # killed (out of memory): say so and go on with the next trainer
+                out[k] = {"failed": str(e), "vm_hwm_gib_before_last_step": hwm, "load_avg_after": os.getloadavg()}
             print(f"{k} done: {json.dumps(out[k])}", flush=True)     # kept if a later trainer is killed
         return out
     for k in names:
@@ -274,7 +288,7 @@ def profile(a, reps: int = 3) -> dict:
     from maxpost.convert.from_gguf import embedded_hf
     from maxpost.sft import fused_nll_sum, head_weight
     tokens = make_tokens(262_144, a.batch, a.seq)
-    tr, hb = maxpost_trainer(embedded_hf("gemma3-270m"), tokens, a.mode, a.dtype, a.bf16_matmuls)
+    tr, hb = maxpost_trainer(embedded_hf("gemma3-270m"), tokens, a.mode, a.dtype, a.bf16_matmuls, a.remat)
     st = tr.init_state(); db = tr.put_batch(hb); mb = jax.tree.map(lambda x: x[0], db)
     params, frozen, cfg, mcfg = st["params"], tr.frozen, tr.cfg, tr.mcfg
     def hidden(p, fz, mb, use_lora=True):
@@ -326,7 +340,8 @@ def summary(res: dict) -> str:
     lines = [f"CPU: {ci['model']}, {ci['cores']} cores; {flags}",
              f"jax {res['jax']['jax']}, jaxlib {res['jax']['jaxlib']}, XLA_FLAGS={res['jax']['XLA_FLAGS']!r}",
              f"load average at start {res['load_avg_start']}, at end {res['load_avg_end']}",
-             f"{a['mode']} SFT, Gemma 3 270M, batch {a['batch']} x {a['seq']}, {a['dtype']}; matmul peak "
+             f"{a['mode']} SFT, Gemma 3 270M, batch {a['batch']} x {a['seq']}, {a['dtype']}, maxpost remat_policy "
+             f"{a.get('remat', 'none')}; matmul peak "
              f"{res['peak_flops'] / 1e9:.1f} GFLOP/s (before {res['peak_flops_before'] / 1e9:.1f}, after "
              f"{res['peak_flops_after'] / 1e9:.1f}); {a['steps']} timed steps, " + ("one trainer after the other" if a.get('sequential') else "alternating")]
     for k in ("maxpost", BASE, BF16MM, "tunix"):
@@ -335,6 +350,8 @@ def summary(res: dict) -> str:
             lines.append(f"  {k:8s} {r['tokens_per_s']:7.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max "
                          f"{r['tokens_per_s_max']:.1f})  MFU(6N) {r['mfu_6N']:.3f}  first step {r['first_step_s']:.1f} s"
                          f"  peak RSS {r['peak_rss_gib']:.2f} GiB  losses {[round(x, 4) for x in r['losses']]}")
+    for k, v in res.get("failed", {}).items():
+        lines.append(f"  {k:8s} FAILED ({v['failed']}); peak RSS before its last step {v['vm_hwm_gib_before_last_step']:.2f} GiB")
     if "tunix" in res:
         lines.append(f"  maxpost / Tunix = {res['ratio_maxpost_over_tunix']:.2f} (median of per-round ratios "
                      f"{res['ratio_paired_median']:.2f}); peak RSS maxpost / Tunix = {res['rss_ratio']:.2f}; "
@@ -363,6 +380,8 @@ def main():
     ap.add_argument("--profile", action="store_true", help="maxpost's step per op class against the matmul peak")
     ap.add_argument("--bf16-matmuls", action="store_true",
                     help="also run maxpost with bf16_matmuls=true (bfloat16 matmul inputs, float32 accumulation)")
+    ap.add_argument("--remat", choices=["none", "full", "dots"], default="none",
+                    help="maxpost's remat_policy (not the --baseline tree's: it keeps its default)")
     ap.add_argument("--baseline", help="also run maxpost imported from this tree (e.g. `git archive` of the commit "
                     "before a change), alternating with the others")
     ap.add_argument("--worker", choices=["maxpost", BASE, BF16MM, "tunix"], help=argparse.SUPPRESS)
@@ -387,6 +406,7 @@ def main():
     res["machine_kind"] = machine_kind(res["cpu"])
     res["peak_flops_before"] = matmul_peak(a.dtype)
     res |= bench(a)
+    res["failed"] = {k: res.pop(k) for k in list(res) if isinstance(res[k], dict) and "failed" in res[k]}
     res["peak_flops_after"] = matmul_peak(a.dtype)
     res["load_avg_end"] = os.getloadavg()
     peak = res["peak_flops"] = max(res["peak_flops_before"], res["peak_flops_after"])

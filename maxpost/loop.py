@@ -37,7 +37,8 @@ class ModelKeys(Config):
     init_weights_seed: int = 0                  # random init (no load_parameters_path) and LoRA's A
     dtype: Dtype = "float32"                    # compute dtype (activations, matmul inputs)
     weight_dtype: Dtype = "float32"             # stored dtype of the weights (master copy)
-    remat_policy: Literal["none", "full"] = "none"   # full: recompute each layer in the backward pass
+    remat_policy: Literal["none", "full", "dots"] = "none"   # full: recompute each layer in the backward pass;
+    # dots: keep only the projections' outputs, recompute the rest (norms, rope, attention, activation)
     hf_access_token: str = Field("", exclude=True, repr=False)   # a Hugging Face token for hub downloads (set as
     # HF_TOKEN, unless already set); never written to config.yml
     key_aliases = (alias("model_name_or_path", ("load_parameters_path", "model_name"),

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 # %% auto #0
-__all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'ModelConfig', 'gemma3_layer_types', 'get_preset',
-           'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation',
-           'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta', 'fuse_weights', 'decoder_layer',
+__all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'ModelConfig', 'gemma3_layer_types',
+           'get_preset', 'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes',
+           'activation', 'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta', 'fuse_weights', 'decoder_layer',
            'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes',
            'forward_fn']
 
@@ -346,10 +346,13 @@ def _init(key, shape, axes, dtype):
     if axes[:2] == ("layers", "q_heads") or axes[:1] == ("q_heads",): fan_in = shape[-3] * shape[-2]
     return (jax.random.normal(key, shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
 
+REMAT_POLICIES = {"none": None, "full": jax.checkpoint_policies.nothing_saveable,   # what backward keeps: all, inputs,
+                  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}   # projections' outputs
+
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32,
-                 param_dtype=jnp.float32, remat: bool = False, matmul_dtype=None):
+                 param_dtype=jnp.float32, remat: bool | str = False, matmul_dtype=None):
         # matmul_dtype: the projections' input dtype when narrower than dtype (float32 accumulation); None: dtype
         self.cfg, self.dtype, self.remat, self.matmul_dtype = cfg, dtype, remat, matmul_dtype
         rngs = rngs or nnx.Rngs(0)
@@ -409,7 +412,8 @@ class Decoder(nnx.Module):
             cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
             return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, None if cache is None else cache["end"]))
 
-        if self.remat: body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+        if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
+            body = jax.checkpoint(body, policy=policy)
         kv_in = None if cache is None else (cache["k"], cache["v"])
         x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
         x = self.final(x)
