@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .answers import (MAX_ANSWER_CHARS, MAX_COMPLETION_CHARS, completion_text, extract_answer, is_correct,
-                                     last_boxed)
+from .answers import MAX_COMPLETION_CHARS, completion_text, extract_answer, is_correct
+from .answers import MAX_ANSWER_CHARS, last_boxed
 from .gsm8k import _TAGS, format_gold, format_ok
 
 logger = logging.getLogger("maxpost.rewards")
