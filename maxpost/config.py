@@ -210,15 +210,17 @@ def check_keys(d: dict, cls: Type[Config], where: str):
 # %% ../nbs/00_config.ipynb #10adc0f1
 def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, str]]:
     """Split argv into an optional leading YAML path and a dict of `key=value` overrides (values as raw text).
-    TRL's (argparse's) spellings work too: `--key=value`, `--key value`, and a bare `--flag` for `flag=true`."""
+    TRL's (argparse's) spellings work too: `--key=value`, `--key value`, a bare `--flag` for `flag=true`, and
+    `--key v1 v2` (argparse's nargs='+') for the list `[v1, v2]`."""
     yml, out, i = None, {}, 0
     while i < len(argv):
         a = argv[i]; i += 1
         if "=" in a: k, v = a.split("=", 1)
         elif a.startswith("--") and len(a) > 2:
-            k = a
-            if i < len(argv) and not argv[i].startswith("--"): v = argv[i]; i += 1
-            else: v = "true"
+            k, vals = a, []
+            while i < len(argv) and not argv[i].startswith("--") and not (vals and "=" in argv[i]):
+                vals.append(argv[i]); i += 1       # more words after the first: a list, unless one is key=value
+            v = "true" if not vals else vals[0] if len(vals) == 1 else json.dumps(vals)
         elif i == 1 and a.endswith((".yml", ".yaml")): yml = a; continue
         else: raise ConfigError(f"argument {a!r} is not key=value")
         out[k.strip().lstrip("-").replace("-", "_")] = v

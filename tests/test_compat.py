@@ -41,6 +41,12 @@ MAXTEXT_DPO = """python3 -m maxtext.trainers.post_train.dpo.train_dpo run_name=$
 TRL_DPO = ("trl dpo --model_name_or_path Qwen/Qwen2-0.5B-Instruct --dataset_name trl-lib/ultrafeedback_binarized "
            "--output_dir Qwen2-0.5B-DPO")
 
+# TRL, docs/source/grpo_trainer.md (quick start: `GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct",
+# reward_funcs=accuracy_reward, train_dataset=load_dataset("trl-lib/DeepMath-103K", split="train"))`) + clis.md
+# (`trl grpo … --reward_funcs accuracy_reward`), as its command line:
+TRL_GRPO = ("trl grpo --model_name_or_path Qwen/Qwen2-0.5B-Instruct --dataset_name trl-lib/DeepMath-103K "
+            "--reward_funcs accuracy_reward --output_dir Qwen2-0.5B-GRPO")
+
 BUDGET = {
     "sft": ["max_target_length=64", "eval_interval=0", "save_model=false", "enable_checkpointing=false",
             "enable_tqdm=false"],
@@ -61,7 +67,8 @@ def _argv(command: str, env: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Local stand-ins for the commands' hub datasets, in their formats: chat messages (UltraChat, Capybara), and the
-    DPO tutorial's 3-column triplets (argilla/distilabel-intel-orca-dpo-pairs: input, chosen, rejected)."""
+    DPO tutorial's 3-column triplets (argilla/distilabel-intel-orca-dpo-pairs: input, chosen, rejected), TRL's DPO pairs
+    (ultrafeedback_binarized) and TRL's GRPO prompts with their `solution` (DeepMath-103K)."""
     d = tmp_path_factory.mktemp("compat")
     msgs = [[{"role": "user", "content": f"What is {i} + 1?"}, {"role": "assistant", "content": f"It is {i + 1}."}]
             for i in range(8)]
@@ -70,6 +77,9 @@ def data(tmp_path_factory):
     (d / "ultrafeedback.jsonl").write_text("".join(json.dumps({"chosen": pair(i, i + 1), "rejected": pair(i, i + 2),
                                                                "score_chosen": 8.0, "score_rejected": 2.0}) + "\n"
                                                    for i in range(4)))   # TRL's conversational, implicit-prompt pairs
+    (d / "deepmath.jsonl").write_text("".join(json.dumps({        # TRL's DeepMath-103K: conversational prompt + solution
+        "prompt": [{"role": "user", "content": f"What is {i}/3? Put the final answer in \\boxed{{}}."}],
+        "solution": f"\\frac{{{i}}}{{3}}"}) + "\n" for i in range(1, 5)))
     (d / "dpo.jsonl").write_text("".join(json.dumps({"input": f"What is {i} + 1?", "chosen": f"It is {i + 1}.",
                                                      "rejected": f"It is {i + 2}."}) + "\n" for i in range(4)))
     return d
@@ -135,3 +145,18 @@ def test_maxtext_gspo(hf_smol, tmp_path, capsys):
     lc = check_config(cfg)
     assert (lc.loss_algo, lc.epsilon, lc.epsilon_high) == ("gspo-token", 3e-4, 4e-4)
     assert "warning" not in capsys.readouterr().err
+
+def test_trl_grpo(hf_smol, data, tmp_path):
+    """TRL's GRPO quick start: `accuracy_reward` is TRL's (the LaTeX answer against column `solution`), and the
+    unnamed columns are TRL's `prompt` / `solution`. A reward function that fails does not stop a step (it scores 0,
+    counted in `reward_errors`), so the test reads the step's metrics, not only its exit status."""
+    out = tmp_path / "Qwen2-0.5B-GRPO"
+    argv = _argv(TRL_GRPO.replace("Qwen/Qwen2-0.5B-Instruct", str(hf_smol))
+                 .replace("trl-lib/DeepMath-103K", str(data / "deepmath.jsonl")).replace("Qwen2-0.5B-GRPO", str(out)), {})
+    res = _result(run_module("maxpost.train_rl", *argv, *BUDGET["rl"], env=_env(tmp_path)))
+    assert res["steps"] == 1 and Path(res["run_dir"]) == out
+    m = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert m["reward_errors"] == 0 and "rewards/accuracy_reward/mean" in m, m
+    cfg = (out / "config.yml").read_text()
+    assert all(f"{k}\n" in cfg for k in ("reward_functions: accuracy_reward", "prompt_column: prompt",
+                                          "answer_column: solution")), cfg

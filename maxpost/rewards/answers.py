@@ -12,8 +12,8 @@ from fractions import Fraction
 from .sandbox import mv_equal
 
 # %% auto #0
-__all__ = ['MAX_COMPLETION_CHARS', 'MAX_ANSWER_CHARS', 'MAX_NUMBER_CHARS', 'content_text', 'completion_text', 'last_hash',
-           'extract_answer', 'normalize_number', 'is_correct']
+__all__ = ['MAX_COMPLETION_CHARS', 'MAX_ANSWER_CHARS', 'MAX_NUMBER_CHARS', 'content_text', 'completion_text', 'last_boxed',
+           'last_hash', 'extract_answer', 'normalize_number', 'is_correct']
 
 # %% ../../nbs/07a_answers.ipynb #67db1d91
 MAX_COMPLETION_CHARS = 32_768  # a completion is cut to its last this-many characters before any parsing
@@ -45,7 +45,7 @@ _BOX_TOKENS = re.compile(r"\\(?:boxed|fbox)\s*\{|\{|\}")  # box openers, plain b
 _HASH_LINE = re.compile(r"####[ \t]*([^\n]*)")             # the rest of the line after ####
 _NUMBER = re.compile(r"[-+\u2212]?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)(?:/\d+)?")  # a number as written in prose
 
-def _last_boxed(text: str) -> str | None:
+def last_boxed(text: str) -> str | None:
     "Content of the last `\\boxed{...}` to close, by one left-to-right scan with a brace stack."
     stack, best = [], None          # stack: (content start, is a box) per open brace
     for m in _BOX_TOKENS.finditer(text):
@@ -73,7 +73,7 @@ def last_hash(text: str) -> str | None:
 def _unwrap(s: str | None) -> str | None:
     "Strip one more `\\boxed{}` or `####` inside an answer, then whitespace; `None` if empty or too long."
     if s is None: return None
-    for inner in (_last_boxed(s), last_hash(s)):
+    for inner in (last_boxed(s), last_hash(s)):
         if inner is not None: s = inner; break
     s = s.strip()
     return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
@@ -82,7 +82,7 @@ def extract_answer(text, fallback_last_number: bool = False, max_chars: int = MA
     "The final answer in `text` (`<answer>` tag > `\\boxed{}` > `####`, last occurrence of each), or `None`."
     text = completion_text(text)
     if len(text) > max_chars: text = text[-max_chars:]  # answers sit at the end; bound all later work
-    for find in (_last_answer_tag, _last_boxed, last_hash):
+    for find in (_last_answer_tag, last_boxed, last_hash):
         found = find(text)
         if found is not None: return _unwrap(found)
     if fallback_last_number:

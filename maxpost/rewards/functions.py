@@ -13,13 +13,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .answers import MAX_COMPLETION_CHARS, completion_text, extract_answer, is_correct
+from .answers import MAX_ANSWER_CHARS, last_boxed
 from .gsm8k import _TAGS, format_gold, format_ok
 
 logger = logging.getLogger("maxpost.rewards")
 
 # %% auto #0
 __all__ = ['logger', 'REWARD_FUNCTIONS', 'gsm8k_exact_format', 'gsm8k_plain_format', 'gsm8k_approx_format', 'gsm8k_answer',
-           'reward_name', 'combine_rewards', 'load_reward_functions']
+           'latex_answer', 'accuracy_reward', 'reasoning_accuracy_reward', 'think_format_reward',
+           'SoftOverlongPunishment', 'reward_name', 'combine_rewards', 'load_reward_functions']
 
 # %% ../../nbs/07d_reward_functions.ipynb #6eac5a0c
 def _column(cols: dict, name: str, n: int, fn_name: str) -> list:
@@ -53,8 +55,82 @@ def gsm8k_answer(prompts, completions, **cols) -> list[float]:
     golds = _column(cols, "answer", len(completions), "gsm8k_answer")
     return [1.0 if is_correct(extract_answer(c), format_gold(g)) else 0.0 for c, g in zip(completions, golds)]
 
-REWARD_FUNCTIONS: dict[str, Callable] = {f.__name__: f for f in
-                                         (gsm8k_exact_format, gsm8k_plain_format, gsm8k_approx_format, gsm8k_answer)}
+# %% ../../nbs/07d_reward_functions.ipynb #trlrw002
+_MATH_DELIM = re.compile(r"\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")   # an escaped dollar first: it is no delimiter
+_CLOSES = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+
+def latex_answer(completion) -> str | None:
+    r"The answer TRL's `accuracy_reward` reads: the last `\boxed{}`, else the last closed math span; None if neither."
+    text = completion_text(completion)[-MAX_COMPLETION_CHARS:]
+    boxed = last_boxed(text)
+    if boxed is not None:
+        boxed = boxed.strip()
+        return boxed if 0 < len(boxed) <= MAX_ANSWER_CHARS else None
+    last, opened = None, None                      # opened: (delimiter, where its content starts)
+    for m in _MATH_DELIM.finditer(text):
+        tok = m.group()
+        if tok == "\\$": continue
+        if opened is None:
+            if tok in _CLOSES: opened = (tok, m.end())
+        elif tok == _CLOSES[opened[0]]:
+            last, opened = text[opened[1]:m.start()].strip(), None
+    return last if last and len(last) <= MAX_ANSWER_CHARS else None
+
+def _gold(solution) -> str | None:
+    "The gold answer of a raw `solution`: its `\\boxed{}` or `$…$` removed; None when empty or too long."
+    s = completion_text(solution).strip()
+    inner = latex_answer(s) if ("boxed" in s or "$" in s or "\\(" in s or "\\[" in s) else None
+    s = (inner if inner is not None else s).strip()
+    return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
+
+def accuracy_reward(prompts, completions, **cols) -> list[float | None]:
+    "TRL's `accuracy_reward`: 1.0 if the LaTeX answer equals column `solution`, else 0.0; None for an unreadable gold."
+    golds = _column(cols, "solution", len(completions), "accuracy_reward")
+    out = []
+    for c, sol in zip(completions, golds):
+        g = _gold(sol)
+        out.append(None if g is None else float(is_correct(latex_answer(c), g)))
+    return out
+
+def reasoning_accuracy_reward(prompts, completions, reasoning_delimiters: Sequence[str] | None = None,
+                              **cols) -> list[float | None]:
+    "TRL's `reasoning_accuracy_reward`: `accuracy_reward` on the text after the reasoning's end (`</think>`), else 0.0."
+    delims = list(reasoning_delimiters or ["</think>"])
+    tails = []
+    for c in completions:
+        text = completion_text(c)
+        d = next((d for d in delims if d in text), None)
+        tails.append(None if d is None else text.rsplit(d, 1)[-1])
+    scored = accuracy_reward(prompts, [t or "" for t in tails], **cols)
+    return [0.0 if t is None else s for t, s in zip(tails, scored)]
+
+def think_format_reward(prompts, completions, **cols) -> list[float]:
+    "TRL's `think_format_reward`: 1.0 if the completion starts with `<think>`, closes it, and opens no second one."
+    out = []
+    for c in completions:
+        rest = completion_text(c)
+        ok = rest.startswith("<think>") and "<think>" not in rest[7:] and "</think>" in rest[7:]
+        out.append(1.0 if ok else 0.0)
+    return out
+
+class SoftOverlongPunishment:
+    "TRL's `get_soft_overlong_punishment(max_completion_len, soft_punish_cache)`: DAPO's eq. 13 on `completion_ids`."
+    __name__ = "soft_overlong_punishment_reward"          # TRL's metric name
+    def __init__(self, max_completion_len: int, soft_punish_cache: int):
+        self.max_completion_len, self.soft_punish_cache = int(max_completion_len), int(soft_punish_cache)
+    def __call__(self, prompts, completions, **cols) -> list[float]:
+        from maxpost.losses import overlong_penalty
+        ids = _column(cols, "completion_ids", len(completions), self.__name__)
+        lengths = np.array([len(i) for i in ids])
+        if self.soft_punish_cache == 0:            # no ramp: -1 only beyond the budget
+            return np.where(lengths > self.max_completion_len, -1.0, 0.0).tolist()
+        return np.asarray(overlong_penalty(lengths, self.max_completion_len, self.soft_punish_cache), float).tolist()
+
+REWARD_FUNCTIONS: dict[str, Callable] = {
+    **{f.__name__: f for f in (gsm8k_exact_format, gsm8k_plain_format, gsm8k_approx_format, gsm8k_answer)},
+    # TRL's `trl grpo --reward_funcs` names, with TRL's meaning (TRL's CLI values for the overlong punishment)
+    **{f.__name__: f for f in (accuracy_reward, reasoning_accuracy_reward, think_format_reward)},
+    "get_soft_overlong_punishment": SoftOverlongPunishment(max_completion_len=1280, soft_punish_cache=256)}
 
 # %% ../../nbs/07d_reward_functions.ipynb #667fb5c2
 def reward_name(fn: Callable) -> str:
@@ -145,6 +221,8 @@ def load_reward_functions(spec: str | Sequence[str]) -> list[Callable]:
         if not wanted: raise ValueError(f"no reward function named in {group!r}")
         if not where:
             for n in wanted:
+                if n not in REWARD_FUNCTIONS and "." in n.strip("."):       # TRL's dotted 'pkg.mod.fn'
+                    fns += load_reward_functions(":".join(n.rsplit(".", 1))); continue
                 if n not in REWARD_FUNCTIONS:
                     raise ValueError(f"unknown built-in reward function {n!r}; built-ins: {', '.join(REWARD_FUNCTIONS)}"
                                      f" (to load your own: 'path/to/module.py:{n}')")

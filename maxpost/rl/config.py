@@ -68,7 +68,10 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
           source="TRL", example="dataset_name=openai/gsm8k"),
     alias("dataset_config", "hf_subset", source="TRL", example="dataset_config=main"),
     alias("dataset_train_split", "train_split", source="TRL"), alias("dataset_test_split", "eval_split", source="TRL"),
-    alias("reward_funcs", "reward_functions", source="TRL", note="maxpost's reward names (maxpost.rewards)"),
+    alias("reward_funcs", "reward_functions", lambda reward_funcs: {"reward_functions": reward_funcs if isinstance(
+          reward_funcs, str) else ",".join(map(str, reward_funcs))}, source="TRL", note="TRL's names (accuracy_reward, "
+          "think_format_reward, …) with TRL's meaning, maxpost's, or a dotted path; several: `--reward_funcs a b`",
+          example="--reward_funcs accuracy_reward think_format_reward"),
     alias("max_prompt_length", "max_prefill_predict_length", source="TRL"),
     alias("temperature", "decode_sampling_temperature", source="TRL"),
 )
@@ -93,8 +96,8 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     hf_train_files: str = ""                # train data files, comma-separated (hf_path a builder: json, parquet)
     train_split: str = "train"
     eval_split: str = "test"
-    prompt_column: str = "question"
-    answer_column: str = "answer"           # must exist: reward functions get it as their `answer` column
+    prompt_column: str = "question"         # unset and absent from the data: TRL's `prompt`
+    answer_column: str = "answer"           # must exist (unset and absent: TRL's `solution`); rewards get it as `answer`
     prompt_template: str = "maxtext_gsm8k"  # maxpost.rewards.PROMPT_TEMPLATES
     few_shot: NonNegInt = 0                 # solved GSM8K train rows (the first k, never trained on) before each prompt
     num_train_rows: int = -1

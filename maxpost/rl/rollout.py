@@ -18,9 +18,9 @@ from ..rewards.gsm8k import QA_DATASETS, load_qa_dataset
 from .config import RLConfig, reward_weights
 
 # %% auto #0
-__all__ = ['ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed', 'sampling_params', 'score',
-           'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket', 'pack_rollout',
-           'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
+__all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed',
+           'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket',
+           'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -46,9 +46,14 @@ def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
     ds = load_sft_dataset(cfg.hf_path, split, num_rows=n, **hub_kwargs(cfg, split))
     return [dict(r) for r in ds]
 
+TRL_COLUMNS = {"prompt_column": "prompt", "answer_column": "solution"}   # TRL's GRPO data (DeepMath-103K)
+
 def _check_columns(cfg: RLConfig, rows: list, split: str):
-    "ConfigError unless the rows of `split` have `prompt_column` and `answer_column`."
+    "ConfigError unless the rows of `split` have `prompt_column` and `answer_column` (unset ones may take TRL's names)."
     if not rows: raise ValueError(f"dataset split {split!r} is empty")
+    for key, trl in TRL_COLUMNS.items():
+        if key not in cfg.model_fields_set and getattr(cfg, key) not in rows[0] and trl in rows[0]:
+            setattr(cfg, key, trl)
     for col in (cfg.prompt_column, cfg.answer_column):
         if col not in rows[0]:
             raise ConfigError(f"the {split} data has no column {col!r} (columns: {sorted(rows[0])}); set "
@@ -123,6 +128,7 @@ def score(rows: list, results: list, fns, weights, answer_column: str = "answer"
     G = len(results) // len(rows)
     cols = {k: [rows[i // G][k] for i in range(len(results))] for k in rows[0] if k not in _NOT_COLUMNS}
     cols["answer"] = cols[answer_column]            # reward functions read the reference answer as `answer`
+    cols["completion_ids"] = [list(r.token_ids) for r in results]   # as TRL passes them: length rewards read them
     prompts = [rows[i // G]["prompt"] for i in range(len(results))]
     return combine_rewards(fns, weights, prompts, [r.text for r in results], **cols)
 
