@@ -74,23 +74,30 @@ def arms(c: DemoConfig, names: list[str], png: str) -> dict:
             print(f"[arms] {n}: {r['steps_per_hour']:.0f} steps/h (steps 2-{len(recs)}), split s/step "
                   + ", ".join(f"{k} {v:.2f}" for k, v in r["split_s"].items()) + f"; load {load0[0]:.1f}", flush=True)
     done = {n: json.loads((out / f"arm_{n}.json").read_text()) for n in ARMS if (out / f"arm_{n}.json").exists()}
-    if "evaluate" in stages:
-        t0 = time.time(); ev = evaluate_stage(c, out, {"sft": sft} | {n: a["model_dir"] for n, a in done.items()})
-        (out / "evaluate_arms.json").write_text(json.dumps(ev | {"seconds": time.time() - t0, "load": os.getloadavg()}, default=str))
-    if not (out / "evaluate_arms.json").exists(): return done
-    ev = json.loads((out / "evaluate_arms.json").read_text())
+    models = {n: a["model_dir"] for n, a in done.items()} | {"sft": sft}    # one file per model: a cut run keeps its models
+    for n, path in models.items():
+        f = out / f"evaluate_{n}.json"
+        if "evaluate" in stages and not f.exists():
+            load0, t0 = os.getloadavg(), time.time(); e = evaluate_stage(c, out, {n: path})[n]
+            f.write_text(json.dumps(e | {"seconds": time.time() - t0, "load_before": load0, "load_after": os.getloadavg()}))
+            print(f"[arms] evaluated {n}: {time.time() - t0:.0f} s, load {load0[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    ev = {n: json.loads((out / f"evaluate_{n}.json").read_text()) for n in models if (out / f"evaluate_{n}.json").exists()}
+    if not ev: return done
     L = [f"| arm | steps/h (2-{c.rl_steps}) | s/step | " + " | ".join(SPLIT[1:]) + " | first step s | accuracy [95% Wilson] | "
          "format accuracy | GRPO - SFT (paired) |", "|" + "---|" * (len(SPLIT) + 6)]
-    L.append(f"| sft (start) | | | " + " | " * (len(SPLIT) - 1) + f" | {_ci(ev['sft']['summary']['accuracy'])} | "
-             f"{_ci(ev['sft']['summary']['format_accuracy'])} | |")
+    if "sft" in ev:
+        L.append(f"| sft (start) | | | " + " | " * (len(SPLIT) - 1) + f" | {_ci(ev['sft']['summary']['accuracy'])} | "
+                 f"{_ci(ev['sft']['summary']['format_accuracy'])} | |")
     for n, a in done.items():
         if n not in ev: continue
-        s = ev[n]["summary"]; g = compare_runs(out / "eval_sft" / "completions.jsonl", out / f"eval_{n}" / "completions.jsonl")
+        s = ev[n]["summary"]
+        g = compare_runs(out / "eval_sft" / "completions.jsonl", out / f"eval_{n}" / "completions.jsonl") if "sft" in ev \
+            else {"accuracy_difference": None}
         L.append(f"| {n} | {a['steps_per_hour']:.0f} | {a['split_s']['step']:.2f} | "
                  + " | ".join(f"{a['split_s'][k]:.2f}" for k in SPLIT[1:]) + f" | {a['first_step_s']:.1f} | "
-                 f"{_ci(s['accuracy'])} | {_ci(s['format_accuracy'])} | {_ci(g['accuracy_difference'])} |")
+                 f"{_ci(s['accuracy'])} | {_ci(s['format_accuracy'])} | {_ci(g['accuracy_difference']) if g['accuracy_difference'] else ''} |")
     L.append("")
-    names_ev = [n for n in done if n in ev]
+    names_ev = [n for n in done if n in ev]                      # the arms, paired two by two
     for i, x in enumerate(names_ev):
         for y in names_ev[i + 1:]:
             g = compare_runs(out / f"eval_{x}" / "completions.jsonl", out / f"eval_{y}" / "completions.jsonl")
