@@ -97,18 +97,18 @@ def sft_stage(c: DemoConfig, out: Path) -> dict:
                 eval_after=s["eval_loss"], eval_after_ci=s["eval_loss_ci"], eval_examples=s.get("eval_examples"),
                 tokens_per_s=s["tokens_per_s"], run_dir=s["run_dir"])
 
-def rl_stage(c: DemoConfig, out: Path, start: str) -> dict:
-    "GRPO with LoRA from the checkpoint `start` with `maxpost.rl.train` (the code of `python -m maxpost.train_rl`)."
+def rl_stage(c: DemoConfig, out: Path, start: str, run_name: str = "rl", overrides: tuple = ()) -> dict:
+    "GRPO with LoRA from the checkpoint `start` with `maxpost.rl.train` (the code of `python -m maxpost.train_rl`); `overrides`: more RLConfig `key=value`s."
     from maxpost.rl import RLConfig, train
     from maxpost.train_rl import default_config
     cfg = load_config(RLConfig, [
-        f"model_name={c.model}", f"load_parameters_path={start}", f"base_output_directory={out}", "run_name=rl",
+        f"model_name={c.model}", f"load_parameters_path={start}", f"base_output_directory={out}", f"run_name={run_name}",
         "dataset_type=arithmetic", f"prompt_template={c.template}", "reward_functions=gsm8k_answer,gsm8k_plain_format",
         "loss_algo=grpo", "loss.beta=0", "use_lora=true", f"learning_rate={c.rl_learning_rate}",
         f"steps={c.rl_steps}", f"batch_size={c.rl_prompts}", f"num_generations={c.rl_generations}",
         f"max_completion_length={c.max_completion_length}", "max_prefill_predict_length=128",
-        "eval_before_after=false", "enable_checkpointing=false", "save_model=true", "enable_tqdm=true"],
-        base_yaml=default_config())
+        "eval_before_after=false", "enable_checkpointing=false", "save_model=true", "enable_tqdm=true",
+        *overrides], base_yaml=default_config())
     s = train(cfg)
     recs = _records(s["run_dir"])
     return dict(steps=s["steps"], model_dir=s["model_dir"], run_dir=s["run_dir"],
