@@ -12,7 +12,8 @@ timed steps, the ratio maxpost / Tunix, each trainer's peak RSS, and each step's
 What a step is, in each:
 - Tunix: `DPOTrainer.train([batch])` on B pairs: the reference model's forward on the 2B rows (Tunix computes the
   reference log-probs inside every step, `_prepare_inputs`), then the policy's forward + backward and AdamW.
-- maxpost: the reference log-probs of the same B pairs (the base model with the adapters off, `DPOTrainer._plain`:
+- maxpost: the reference log-probs of the same B pairs (the base model with the adapters off, `DPOTrainer._plain`;
+  like the train step it projects only the response positions onto the vocabulary, `maxpost.dpo.response_window`;
   `maxpost.dpo.train` computes them once per pair before training, so with each pair seen once this is the same
   work), then `DPOTrainer.step`. The timed figure is the sum of the two; the step alone is printed too.
 Tokens per step: 2B rows × (prompt + response), every token real (no padding), as in both frameworks' batches.
@@ -64,13 +65,13 @@ def maxpost_batch(p: dict) -> dict:
 def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str):
     "A function running one maxpost DPO step (reference pass of the batch + train step); its LoRA A saved for Tunix."
     import jax
-    from maxpost.dpo import DPOTrainer
+    from maxpost.dpo import DPOTrainer, with_window
     from maxpost.sft import load_base
     B, T = pairs["prompt"].shape[0], pairs["prompt"].shape[1] + pairs["chosen"].shape[1]
     cfg = dpo_config(hf_dir, B, T, dtype)
     mcfg, base, _ = load_base(cfg)
     tr = DPOTrainer(cfg, mcfg, base); del base
-    hb = maxpost_batch(pairs)
+    hb = with_window(maxpost_batch(pairs))       # the head runs on the response positions only
     box = {"state": tr.init_state()}
     np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
     def step():

@@ -27,7 +27,8 @@ from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, prefere
 from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
 
 # %% auto #0
-__all__ = ['GSM8K_DEFAULT_ROWS', 'DPOKeys', 'DPOConfig', 'DPOTrainer', 'load_pairs', 'load_reference', 'train']
+__all__ = ['GSM8K_DEFAULT_ROWS', 'DPOKeys', 'DPOConfig', 'response_window', 'with_window', 'DPOTrainer', 'load_pairs',
+           'load_reference', 'train']
 
 # %% ../nbs/13c_dpo.ipynb #04452797
 class DPOKeys(Config):
@@ -74,13 +75,32 @@ class DPOConfig(SFTConfig):
         return self
 
 # %% ../nbs/13c_dpo.ipynb #b1261212
+def response_window(loss_mask, parts: int = 4) -> np.ndarray:
+    """[R, W] int32 positions of each row's window over its masked (response) tokens: W is the longest row's span from
+    its first to its last masked position, rounded up to a multiple of T/`parts` (at most `parts` shapes compile);
+    each window starts at its row's first masked position, moved left where it would pass the end."""
+    m = np.asarray(loss_mask) != 0
+    R, T = m.shape
+    any_ = m.any(axis=1)
+    first = np.where(any_, m.argmax(axis=1), 0)
+    last = np.where(any_, T - 1 - m[:, ::-1].argmax(axis=1), 0)
+    q = max(1, -(-T // parts))
+    W = min(T, max(q, -(-int((last - first + 1).max(initial=1)) // q) * q))
+    start = np.minimum(first, T - W)
+    return (start[:, None] + np.arange(W)[None, :]).astype(np.int32)
+
+def with_window(batch: dict) -> dict:
+    "`batch` with its `window` (`response_window` of its loss mask) added when it has none."
+    return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"])}
+
 class DPOTrainer(SFTTrainer):
     "SFT's trainer with the preference step: [A, 2B, T] batches (chosen then rejected) and `ref_logps` [A, 2B]."
     def __init__(self, cfg: DPOConfig, mcfg, base_params: dict, mesh=None):
         super().__init__(cfg, mcfg, base_params, mesh)
         P = jax.sharding.PartitionSpec
         rows = jax.sharding.NamedSharding(self.mesh, P(None, "fsdp"))
-        self.pair_batch_sh = {k: self.batch_sh for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask")}
+        self.pair_batch_sh = {k: self.batch_sh for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask",
+                                                         "window")}
         self.pair_batch_sh["ref_logps"] = rows
         self._step = jit_sharded(self._pref_step, self.mesh, (self.state_sh, self.frozen_sh, self.pair_batch_sh),
                                  (self.state_sh, None), donate_argnums=(0,))
@@ -89,10 +109,13 @@ class DPOTrainer(SFTTrainer):
         self._plain = jit_sharded(self._plain_logps, self.mesh, (None, two), None)
 
     def _logps_of(self, model, lora, b):
-        "(Σ log π over each row's masked tokens [R], masked tokens per row [R])."
+        "(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only."
         h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
-        m = b["loss_mask"].astype(jnp.float32)
-        nll = token_nll(model.logits, h, b["targets"], self.cfg.loss_chunk_size)
+        w = b["window"]                                        # [R, W] positions holding each row's response
+        h = jnp.take_along_axis(h, w[..., None], axis=1)
+        t, m = (jnp.take_along_axis(b[k], w, axis=1) for k in ("targets", "loss_mask"))
+        nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
+        m = m.astype(jnp.float32)
         return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
 
     def _seq_logps(self, trainable, frozen, b):
@@ -139,7 +162,7 @@ class DPOTrainer(SFTTrainer):
     def put_batch(self, batch: dict) -> dict:
         "Host [A·2B, …] pair batch (chosen then rejected per micro-batch) → device [A, 2B, …] arrays."
         A = self.cfg.gradient_accumulation_steps
-        b = dict(batch)
+        b = with_window(batch)
         if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]), np.float32)
         return {k: jax.device_put(np.asarray(b[k]).reshape(A, -1, *np.shape(b[k])[1:]), s)
                 for k, s in self.pair_batch_sh.items()}
@@ -153,6 +176,7 @@ class DPOTrainer(SFTTrainer):
         # params: full weights, no adapters (the reference); else trainable: the state's params (the policy)
         out = {}
         for b in batches:
+            b = with_window(b)
             idx = np.asarray(b["pair_index"]); B = len(idx)
             x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
             lp, n = self._plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
