@@ -17,11 +17,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 # %% auto #0
-__all__ = ['LayerType', 'PRESETS', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'ModelConfig', 'gemma3_layer_types',
-           'get_preset', 'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes',
-           'activation', 'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta', 'fuse_weights', 'decoder_layer',
-           'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'logical_axes',
-           'forward_fn']
+__all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'ModelConfig',
+           'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope',
+           'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta',
+           'fuse_weights', 'decoder_layer', 'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask',
+           'tiny_config', 'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -165,12 +165,16 @@ def apply_rope(x, cos, sin):
     return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
 
 # %% ../nbs/01_model.ipynb #9cca50d4
+PREFIX_GROUP = 1024   # a segment id s >= PREFIX_GROUP is branch s % PREFIX_GROUP of group s // PREFIX_GROUP; branch 0: prefix
+
 def attention_mask(q_slots, kv_slots, q_seg, kv_seg, window: int | None):
-    "Boolean mask [B, 1, 1, Tq, Tk]; slots are int [Tq] / [Tk], segments int [B, Tq] / [B, Tk]."
+    """Boolean mask [B, 1, 1, Tq, Tk]; slots are int [Tq] / [Tk], segments int [B, Tq] / [B, Tk]. A slot reads the
+    earlier slots of its own segment (0: padding, reads nothing) and, in a prefix group, the group's prefix."""
     causal = kv_slots[None, :] <= q_slots[:, None]
     if window is not None: causal = causal & (q_slots[:, None] - kv_slots[None, :] < window)
-    same = (q_seg[:, :, None] == kv_seg[:, None, :]) & (q_seg[:, :, None] != 0)
-    return (causal[None] & same)[:, None, None]
+    q, k = q_seg[:, :, None], kv_seg[:, None, :]
+    prefix = (k % PREFIX_GROUP == 0) & (k != 0) & (q // PREFIX_GROUP == k // PREFIX_GROUP)
+    return (causal[None] & ((q == k) | prefix) & (q != 0))[:, None, None]
 
 # %% ../nbs/01_model.ipynb #d8a2d951
 PARAM_AXES = {  # logical axes of every parameter, stacked layers first

@@ -126,6 +126,7 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     num_minibatches: PosInt = 1             # optimizer steps per pass
     packing: bool = True                    # the update packs each completion with its prompt at their real lengths (false: fixed [B, prompt + completion budget] rows)
     packing_bucket: PosInt = 64             # packed row and completion lengths rounded up to a multiple of this (few compiled shapes)
+    packing_share_prompt: bool = True       # packing: each prompt once per row, its completions after it, each seeing it (same log-probs)
     # rewards
     reward_functions: str = "gsm8k_answer,gsm8k_exact_format"   # built-in names, comma-separated
     reward_weights: str | list | float | None = None    # one weight per function (built-ins first, then the path's); None: 1s

@@ -237,38 +237,57 @@ def row_bucket(n: int, multiple: int = 1) -> int:
 ROW_KEYS = ("inputs", "positions", "segment_ids")   # packed keys with [M·R, L] rows; the others are [B, C] per completion
 
 def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, row_multiple: int = 1,
-                 at_least: tuple = (0, 0, 0)) -> dict:
+                 at_least: tuple = (0, 0, 0), share_prompt: bool = False, window: int | None = None) -> dict:
     """Packed training arrays of engine `results`: each prompt + completion at its real length, first-fit into rows of
-    length L (the longest sequence rounded up to `bucket`), minibatch j in rows [j·R, (j+1)·R).
+    length L (the longest item rounded up to `bucket`), minibatch j in rows [j·R, (j+1)·R).
     Per-completion arrays [B, C] (C: the longest completion rounded up to `bucket`): `targets`, `completion_mask`,
     `engine_logps`, and `gather`, the flat index into the [M·R·L] positions that predicts each completion token.
-    at_least: lower bounds on (L, C, R), so that every process's share of a global batch has the same shape."""
+    at_least: lower bounds on (L, C, R), so that every process's share of a global batch has the same shape.
+    share_prompt: consecutive results of one minibatch with the same prompt are one item, a prefix group
+    (`maxpost.model.PREFIX_GROUP`): the prompt once, then each completion seeing it; L is then rounded to
+    `bucket`·(2^k or 3·2^k). A group longer than `window` (sliding attention counts slots) is packed unshared."""
     from maxpost.data import pack_first_fit
+    from maxpost.model import PREFIX_GROUP
     B, M = len(results), num_minibatches
     b = B // M
-    seqs = [(list(r.prompt_token_ids) + list(r.token_ids))[:T + 1] for r in results]
-    n = [len(s) - 1 for s in seqs]                                           # positions with a next token
-    lo = [len(r.prompt_token_ids) - 1 for r in results]
-    nc = [max(0, min(len(r.token_ids), n_ - l)) for r, n_, l in zip(results, n, lo)]
-    L = max(_round_up(max(n), bucket), at_least[0]); C = max(min(T, _round_up(max(max(nc), 1), bucket)), at_least[1])
-    bins = [pack_first_fit(n[j * b:(j + 1) * b], L) for j in range(M)]
+    prompts = [list(r.prompt_token_ids) for r in results]
+    nc = [max(0, min(len(r.token_ids), T + 1 - len(p))) for r, p in zip(results, prompts)]   # completion tokens trained
+    size = lambda g: len(prompts[g[0]]) + sum(max(nc[i] - 1, 0) for i in g)      # the prompt once, then completions
+    items = []                                                                   # per minibatch: lists of result ids
+    for j in range(M):
+        groups = []
+        for i in range(j * b, (j + 1) * b):
+            if share_prompt and groups and prompts[groups[-1][0]] == prompts[i]: groups[-1].append(i)
+            else: groups.append([i])
+        items.append([h for g in groups for h in ([g] if window is None or size(g) <= window else [[i] for i in g])])
+    assert all(len(g) < PREFIX_GROUP for its in items for g in its), "a prompt with 1024 completions or more"
+    longest = max(size(g) for its in items for g in its)
+    L = bucket * row_bucket(-(-longest // bucket)) if share_prompt else _round_up(longest, bucket)
+    L, C = max(L, at_least[0]), max(min(T, _round_up(max(max(nc), 1), bucket)), at_least[1])
+    bins = [pack_first_fit([size(g) for g in its], L) for its in items]
     R = max(row_bucket(max(len(x) for x in bins), row_multiple), at_least[2])
     a = {k: np.zeros((M * R, L), np.int32) for k in ROW_KEYS}
     a["targets"], a["gather"] = np.zeros((B, C), np.int32), np.zeros((B, C), np.int32)
     a["completion_mask"], a["engine_logps"] = np.zeros((B, C), np.float32), np.zeros((B, C), np.float32)
     for j, rows in enumerate(bins):
-        for r, items in enumerate(rows):
+        for r, local in enumerate(rows):
             row, off = j * R + r, 0
-            for k, local in enumerate(items, 1):
-                i = j * b + local; s, m = seqs[i], n[i]
-                a["inputs"][row, off:off + m] = s[:-1]; a["positions"][row, off:off + m] = np.arange(m)
-                a["segment_ids"][row, off:off + m] = k
-                c = nc[i]
-                a["targets"][i, :c] = s[lo[i] + 1:lo[i] + 1 + c]
-                a["gather"][i, :c] = row * L + off + lo[i] + np.arange(c)
-                a["completion_mask"][i, :c] = 1.0
-                a["engine_logps"][i, :c] = engine_logq(results[i])[:c]
-                off += m
+            for k, g in enumerate((items[j][x] for x in local), 1):
+                p = prompts[g[0]]; P = len(p)
+                seg = k * PREFIX_GROUP if len(g) > 1 else k          # a group: prefix k·1024, completion n: k·1024 + n
+                a["inputs"][row, off:off + P] = p; a["positions"][row, off:off + P] = np.arange(P)
+                a["segment_ids"][row, off:off + P] = seg
+                end = off + P
+                for n_, i in enumerate(g, 1):
+                    c = nc[i]; toks = list(results[i].token_ids)[:c]; m = max(c - 1, 0)
+                    a["inputs"][row, end:end + m] = toks[:m]; a["positions"][row, end:end + m] = P + np.arange(m)
+                    a["segment_ids"][row, end:end + m] = seg + n_ if len(g) > 1 else seg
+                    a["targets"][i, :c] = toks
+                    a["gather"][i, :c] = row * L + np.concatenate([[off + P - 1], end + np.arange(m)])[:c]
+                    a["completion_mask"][i, :c] = 1.0
+                    a["engine_logps"][i, :c] = engine_logq(results[i])[:c]
+                    end += m
+                off = end
     return a
 
 # %% ../../nbs/10b_rl_rollout.ipynb #2c89d340

@@ -201,11 +201,12 @@ def training_batch(trainer: RLTrainer, results) -> dict:
     T = cfg.max_prefill_predict_length + cfg.max_completion_length
     if not cfg.packing: return rollout_arrays(results, T, cfg.use_engine_logprobs)
     M = cfg.num_minibatches
-    b = pack_rollout(results, T, cfg.packing_bucket, M, trainer.row_multiple)
+    pack = partial(pack_rollout, share_prompt=cfg.packing_share_prompt, window=trainer.mcfg.sliding_window)
+    b = pack(results, T, cfg.packing_bucket, M, trainer.row_multiple)
     if jax.process_count() > 1:              # every process's share of the global arrays: the same (L, C, R)
         mine = (b["inputs"].shape[1], b["targets"].shape[1], b["inputs"].shape[0] // M)
         need = tuple(int(x) for x in gather_host(np.array(mine)).max(0))
-        if need != mine: b = pack_rollout(results, T, cfg.packing_bucket, M, trainer.row_multiple, at_least=need)
+        if need != mine: b = pack(results, T, cfg.packing_bucket, M, trainer.row_multiple, at_least=need)
     if cfg.use_engine_logprobs: b["old_logps"] = b["engine_logps"].copy()
     return b
 
@@ -243,6 +244,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     rewards = np.concatenate(kept_r)                                           # [P·G]
     adv = np.asarray(group_advantages(rewards, G, lc.advantage_method, lc.advantage_eps))
     M = cfg.num_minibatches
+    pack = partial(pack_rollout, share_prompt=cfg.packing_share_prompt, window=trainer.mcfg.sliding_window)
     batch = training_batch(trainer, kept_res)
     batch["advantages"] = adv.astype(np.float32)
 
