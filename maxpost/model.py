@@ -324,22 +324,25 @@ def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
     return x + h, state
 
-def masked_attention(cfg: ModelConfig, mask, kv=None, end=None):
+def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8):
     """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
-    call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None)."""
-    def attend(q, k, v):
+    call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None). Without a
+    cache the queries run in up to `chunks` blocks of at least 64 slots, each against the keys up to its own last slot:
+    the mask is causal in slots, so the keys left out are masked anyway, and about half the scores are never formed."""
+    K = cfg.num_kv_heads
+    def block(q, k, v, m):
         B, T, H, hd = q.shape
-        K = cfg.num_kv_heads
+        s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, T, K, H // K, hd), k, preferred_element_type=jnp.float32)
+        s = jnp.where(m, softcap(s * cfg.attn_scale, cfg.attn_logit_softcapping), jnp.finfo(jnp.float32).min)
+        return jnp.einsum("bkgts,bskh->btkgh", jax.nn.softmax(s, axis=-1).astype(q.dtype), v).reshape(B, T, H, hd)
+    def attend(q, k, v):
         if kv is not None:
             kc = jax.lax.dynamic_update_slice(kv[0], k.astype(kv[0].dtype), (0, end, 0, 0))
             vc = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, end, 0, 0))
-            k, v, new_kv = kc.astype(q.dtype), vc.astype(q.dtype), (kc, vc)
-        else: new_kv = None
-        s = jnp.einsum("btkgh,bskh->bkgts", q.reshape(B, T, K, H // K, hd), k, preferred_element_type=jnp.float32)
-        s = softcap(s * cfg.attn_scale, cfg.attn_logit_softcapping)
-        s = jnp.where(mask, s, jnp.finfo(jnp.float32).min)
-        w = jax.nn.softmax(s, axis=-1).astype(q.dtype)
-        return jnp.einsum("bkgts,bskh->btkgh", w, v).reshape(B, T, H, hd), new_kv
+            return block(q, kc.astype(q.dtype), vc.astype(q.dtype), mask), (kc, vc)
+        T = q.shape[1]; c = -(-T // max(1, min(chunks, T // 64)))
+        return jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
+                                for s in range(0, T, c)], axis=1), None
     return attend
 
 # %% ../nbs/01_model.ipynb #dad8eb31
