@@ -163,7 +163,7 @@ def test_bad_input_fails_before_compute(capsys, tmp_path, sft_ckpt):
     assert "num_eval_passes=4 with eval_temperature=0" in err
     assert "num_generations must be >= 2" in _fail(capsys, "model_name=tiny-llama", "num_generations=1", out)
     data = tmp_path / "noanswer.jsonl"
-    data.write_text(json.dumps({"question": "1+1?", "solution": "2"}) + "\n")
+    data.write_text(json.dumps({"question": "1+1?", "label": "2"}) + "\n")   # neither `answer` nor TRL's `solution`
     err = _fail(capsys, "model_name=tiny-llama", "dataset_type=hf", f"hf_path={data}", "reward_functions=gsm8k_answer", out)
     assert "no column 'answer'" in err
     bad = tmp_path / "bad_reward.py"
