@@ -244,7 +244,6 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     rewards = np.concatenate(kept_r)                                           # [P·G]
     adv = np.asarray(group_advantages(rewards, G, lc.advantage_method, lc.advantage_eps))
     M = cfg.num_minibatches
-    pack = partial(pack_rollout, share_prompt=cfg.packing_share_prompt, window=trainer.mcfg.sliding_window)
     batch = training_batch(trainer, kept_res)
     batch["advantages"] = adv.astype(np.float32)
 
