@@ -286,7 +286,7 @@ def profile(a, reps: int = 3) -> dict:
     per head pass; LoRA's backward forms dx of the dense layers but no frozen-weight gradient."""
     import jax, jax.numpy as jnp, optax
     from maxpost.convert.from_gguf import embedded_hf
-    from maxpost.sft import fused_nll_sum, head_weight
+    from maxpost.head_loss import fused_nll_sum, head_weight
     tokens = make_tokens(262_144, a.batch, a.seq)
     tr, hb = maxpost_trainer(embedded_hf("gemma3-270m"), tokens, a.mode, a.dtype, a.bf16_matmuls, a.remat)
     st = tr.init_state(); db = tr.put_batch(hb); mb = jax.tree.map(lambda x: x[0], db)

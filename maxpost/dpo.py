@@ -22,7 +22,8 @@ from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_li
 from .loop import RunLoop, jit_sharded
 from .model import PARAM_AXES, param_shapes
 from .sharding import tree_shardings
-from .sft import SFTConfig, SFTTrainer, load_base, token_nll
+from .head_loss import token_nll
+from .sft import SFTConfig, SFTTrainer, load_base
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
 from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
 

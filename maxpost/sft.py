@@ -1,6 +1,6 @@
-"""Masked token-mean cross-entropy computed in chunks so that a 262k vocabulary never becomes a [batch, length, vocab]
-array, the SFT step with gradient accumulation, full or LoRA, sharded FSDP × tensor, and a held-out loss over
-every example with a bootstrap interval; the run itself is `maxpost.loop`'s.
+"""The SFT step on `maxpost.head_loss`'s masked token-mean cross-entropy (no [batch, length, vocab] logits), with
+gradient accumulation, full or LoRA, sharded FSDP × tensor, and a held-out loss over every example with a bootstrap
+interval; the run itself is `maxpost.loop`'s.
 
 Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
@@ -25,15 +25,15 @@ from .data_sources import SFT_ALIASES
 from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sharded, lr_schedule,
                           make_optimizer, train_state_shardings)
 from .lora import LoRAKeys, LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
+from .head_loss import FUSED_CHUNK, fused_nll_sum, head_weight, token_nll
 from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
 from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
 from .distributed import initialize, is_main_process, main_print, process_allgather
 from .sharding import tree_shardings, batch_sharding, named_sharding, process_rows
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'map_position_chunks', 'token_nll',
-           'masked_mean', 'fused_nll_sum', 'head_weight', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples',
-           'load_examples', 'random_params', 'load_base', 'ratio_ci', 'train']
+__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'cpu_has_bf16', 'SFTTrainer',
+           'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'ratio_ci', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
@@ -67,7 +67,8 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     # batch and loss
     per_device_batch_size: PosFloat = 2.0       # global batch = per_device_batch_size × devices
     gradient_accumulation_steps: PosInt = 1     # micro-batches per optimizer step
-    loss_chunk_size: PosInt = 256               # positions per logits chunk of the loss
+    loss_chunk_size: PosInt = 256               # positions per logits chunk of the per-token losses (held-out
+    # eval, DPO); the training loss runs in fixed [FUSED_CHUNK, VOCAB_BLOCK] tiles (fused_nll_sum)
     bf16_matmuls: bool = False                  # matmul inputs in bfloat16, float32 accumulation, activations in
     # dtype (for CPUs with AVX512_BF16 or AMX, and accelerators)
     # evaluation
@@ -79,90 +80,6 @@ def model_config(model_name: str) -> ModelConfig:
     "The ModelConfig of a preset or tiny test model."
     if model_name in TINY_MODELS: return TINY_MODELS[model_name]()
     return get_preset(model_name)
-
-# %% ../nbs/05_sft.ipynb #e8a34d80
-def map_position_chunks(fn, hidden, targets, chunk_size: int = 256):
-    """fn(hidden chunk [c, d], target chunk [c]) -> tuple of [c] arrays, over the B·T positions `chunk_size` at a time
-    under `jax.checkpoint` (the backward pass recomputes a chunk's logits rather than keeping all of them); returns
-    the tuple's arrays as [B, T]."""
-    B, T, d = hidden.shape
-    N = B * T
-    c = max(1, min(chunk_size, N)); n = -(-N // c); pad = n * c - N
-    h = jnp.pad(hidden.reshape(N, d), ((0, pad), (0, 0))).reshape(n, c, d)     # [n, c, d]
-    t = jnp.pad(targets.reshape(N), (0, pad)).reshape(n, c)                     # [n, c]
-    out = jax.lax.map(jax.checkpoint(lambda a: fn(*a)), (h, t))
-    return tuple(o.reshape(n * c)[:N].reshape(B, T) for o in out)
-
-def token_nll(logits_fn, hidden, targets, chunk_size: int = 256):
-    "Per-token NLL [B, T] (float32) of `targets` [B, T] under `logits_fn(hidden)`, `chunk_size` positions at a time."
-    def nll(hc, tc):
-        z = logits_fn(hc).astype(jnp.float32)                                   # [c, V]
-        return (jax.nn.logsumexp(z, axis=-1) - jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0],)
-    return map_position_chunks(nll, hidden, targets, chunk_size)[0]
-
-def masked_mean(x, mask):
-    "sum(x · mask) / max(1, sum(mask))."
-    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-# %% ../nbs/05_sft.ipynb #f14dafab
-def _chunked(x, c: int, n: int, pad: int):
-    "x [N, ...] zero-padded to n·c rows and split into [n, c, ...]."
-    return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(n, c, *x.shape[1:])
-
-def _head(h, w, cap):
-    "Logits [c, V] in float32 of hidden [c, d] under a [V, d] head, soft-capped at `cap`; and tanh(u/cap) (or None)."
-    u = jnp.einsum("cd,vd->cv", h.astype(w.dtype), w, preferred_element_type=jnp.float32)   # w: the matmul dtype
-    if cap is None: return u, None
-    t = jnp.tanh(u / cap)
-    return cap * t, t
-
-def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None):
-    """Σ weights·NLL, and (when asked) its gradients w.r.t. h [N, d] and w [V, d], one chunk of positions at a time.
-    mm_dtype: the three head matmuls' input dtype (float32 accumulation); None: h's dtype forward, float32 backward."""
-    N, d = h.shape
-    wm = w.astype(mm_dtype or h.dtype)              # cast once, not per chunk
-    c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
-    xs = (_chunked(h, c, n, pad), _chunked(targets, c, n, pad), _chunked(weights.astype(jnp.float32), c, n, pad))
-    def body(carry, x):
-        tot, dw = carry
-        hc, tc, wc = x
-        z, t = _head(hc, wm, cap)                                            # [c, V] float32
-        lse = jax.nn.logsumexp(z, axis=-1)
-        tot = tot + jnp.sum((lse - jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0]) * wc)
-        if not need_dh: return (tot, dw), None
-        gz = jnp.exp(z - lse[:, None]).at[jnp.arange(c), tc].add(-1.0) * wc[:, None]   # ∂S/∂z
-        if cap is not None: gz = gz * (1 - t * t)                                        # through the soft-cap
-        if mm_dtype is None: dh = jnp.einsum("cv,vd->cd", gz, w.astype(jnp.float32)).astype(h.dtype)
-        else: dh = jnp.einsum("cv,vd->cd", gz.astype(mm_dtype), wm, preferred_element_type=jnp.float32).astype(h.dtype)
-        gd = mm_dtype or h.dtype
-        if need_dw: dw = dw + jnp.einsum("cv,cd->vd", gz.astype(gd), hc.astype(gd), preferred_element_type=jnp.float32)
-        return (tot, dw), dh
-    dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None
-    (tot, dw), dh = jax.lax.scan(body, (jnp.float32(0), dw0), xs)
-    return tot, (None if dh is None else dh.reshape(n * c, d)[:N]), dw
-
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int = 256, need_dw: bool = True,
-                  mm_dtype=None):
-    "Σ_t weights_t · NLL_t for hidden h [N, d], head w [V, d], targets [N]; gradients computed in the forward pass."
-    # cap: the model's final logit soft-cap (None: none); chunk: positions per chunk
-    # need_dw: whether the head is trained (False for LoRA: its gradient is then never formed)
-    # mm_dtype: bfloat16 for bfloat16 matmul inputs with float32 accumulation (bf16_matmuls); None: as h
-    return _fused(h, w, targets, weights, cap, chunk, False, False, mm_dtype)[0]
-
-def _fused_fwd(h, w, targets, weights, cap, chunk, need_dw, mm_dtype):
-    tot, dh, dw = _fused(h, w, targets, weights, cap, chunk, True, need_dw, mm_dtype)
-    return tot, (dh, dw, jnp.zeros((), w.dtype))
-
-def _fused_bwd(cap, chunk, need_dw, mm_dtype, res, g):
-    dh, dw, w_dtype = res
-    return ((dh * g).astype(dh.dtype), None if dw is None else (dw * g).astype(w_dtype.dtype), None, None)
-
-fused_nll_sum.defvjp(_fused_fwd, _fused_bwd)
-
-def head_weight(model: Decoder):
-    "The output head as [V, d]: the tied embedding, or lm_head transposed."
-    return model.embed[...] if model.cfg.tie_word_embeddings else model.lm_head[...].T
 
 # %% ../nbs/05_sft.ipynb #43b6aa99
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -221,7 +138,7 @@ class SFTTrainer:
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         m = batch["loss_mask"].astype(jnp.float32)
         s = fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1), m.reshape(-1),
-                          self.mcfg.final_logit_softcapping, self.cfg.loss_chunk_size, not self.cfg.use_lora,
+                          self.mcfg.final_logit_softcapping, FUSED_CHUNK, not self.cfg.use_lora,
                           jnp.bfloat16 if self.cfg.bf16_matmuls else None)
         return s, jnp.sum(m)
 

@@ -56,10 +56,10 @@ def _gsm8k_prompts(tokenizer, n):
     from maxpost.rewards import build_prompt, load_gsm8k
     return [chat_prompt_ids(tokenizer, build_prompt(r["question"])) for r in load_gsm8k("test", n)]
 
-def worker_smollm2(dtype: str) -> dict:
-    "Greedy GSM8K rollouts, seeds, and a sync of perturbed params checked against maxpost's forward pass."
-    import numpy as np
-    from maxpost.checkpoint import load_model, model_params
+def worker_smollm2(dtype: str, sync_only: bool = False) -> dict:
+    """Greedy GSM8K rollouts, seeds, and a sync of perturbed params checked against maxpost's forward pass.
+    sync_only: greedy rollouts and the sync (the bfloat16 case: stops, seeds and many rows do not depend on the dtype
+    and are checked in float32; on a CPU without BF16 every bfloat16 step is emulated and slow)."""
     from maxpost.convert.from_gguf import embedded_hf
     from maxpost.engine import SamplingParams
     from maxpost.vllm_engine import VLLMEngine
@@ -74,6 +74,15 @@ def worker_smollm2(dtype: str) -> dict:
     out["greedy"] = [dict(prompt_index=r.prompt_index, sample_index=r.sample_index, n_tokens=len(r.token_ids),
                           finish_reason=r.finish_reason, text=r.text, logprobs=r.logprobs.tolist(),
                           token_ids=r.token_ids) for r in greedy]
+    if not sync_only: out |= _stops_and_seeds(eng, prompts, greedy)
+    _sync_checks(eng, greedy, prompts, dtype, out)
+    eng.close()
+    return out
+
+def _stops_and_seeds(eng, prompts, greedy) -> dict:
+    "Stop ids, stop strings, seeded sampling and many seeded rows (SmolLM2 worker)."
+    from maxpost.engine import SamplingParams
+    out = {}
     # a stop id: generation ends on it, keeps it in token_ids (with its log-prob), drops it from the text
     stop_tok = greedy[0].token_ids[3]
     r = eng.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=(stop_tok,)))[0]
@@ -102,6 +111,15 @@ def worker_smollm2(dtype: str) -> dict:
     out["seed"] = dict(same=ids(a) == ids(again), alone_same=ids(a)[:3] == ids(alone),
                        n_differ_other_seed=sum(x != y for x, y in zip(ids(a), ids(other))), n=len(a),
                        distinct_samples_prompt0=len({tuple(t) for t in ids(a)[:3]}))
+    return out
+
+def _sync_checks(eng, greedy, prompts, dtype, out):
+    "vLLM's log-probs against maxpost's forward pass before and after syncing perturbed params, and after restoring."
+    import numpy as np
+    from maxpost.checkpoint import load_model, model_params
+    from maxpost.convert.from_gguf import embedded_hf
+    from maxpost.engine import SamplingParams
+    hf = embedded_hf("smollm2-135m")
     # sync: vLLM's log-probs of fixed tokens against maxpost's forward pass, before and after
     model = load_model(hf)
     params = model_params(model)
@@ -129,8 +147,6 @@ def worker_smollm2(dtype: str) -> dict:
     # syncing the original params back restores the original log-probs
     eng.sync_weights(params)
     out["restored_vs_start"] = _diff(eng.prompt_logprobs(seqs), before)
-    eng.close()
-    return out
 
 def worker_gemma() -> dict:
     "Gemma 3 270M from a Decoder (written once as an HF folder for vLLM to load), parity, then syncs and their timing."
@@ -169,7 +185,7 @@ def worker_gemma() -> dict:
     eng.close()
     return out
 
-WORKERS = {"smollm2-float32": lambda: worker_smollm2("float32"), "smollm2-bfloat16": lambda: worker_smollm2("bfloat16"),
+WORKERS = {"smollm2-float32": lambda: worker_smollm2("float32"), "smollm2-bfloat16": lambda: worker_smollm2("bfloat16", sync_only=True),
            "gemma3-float32": worker_gemma}
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_
                             policy_loss, rollout_is_weights, rollout_mismatch)
 from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
 from ..loop import RunLoop, jit_sharded, train_state_shardings
-from ..sft import DTYPES, map_position_chunks
+from ..head_loss import map_position_chunks
+from ..sft import DTYPES
 from ..distributed import gather_host, gather_json, initialize, is_main_process, local_rows, process_allgather
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
