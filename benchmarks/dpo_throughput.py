@@ -3,6 +3,7 @@ Tunix's own Gemma 3 model, LoRA, on the same weights (the embedded Gemma 3 270M,
 HF folder), the same preference pairs and shapes, and the same optimisation.
 
     python benchmarks/dpo_throughput.py [--pairs 2] [--prompt 64] [--response 64] [--steps 5] [--dtype float32]
+    python benchmarks/dpo_throughput.py --baseline /tmp/base   # + maxpost imported from another tree (before a change)
 
 Each trainer runs in its own subprocess (its peak RSS is its own); the parent sets both up one after the other, runs
 one compiling step of each, then alternates them step by step over the timed steps so that both see the same load.
@@ -73,7 +74,7 @@ def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str):
     tr = DPOTrainer(cfg, mcfg, base); del base
     hb = with_window(maxpost_batch(pairs))       # the head runs on the response positions only
     box = {"state": tr.init_state()}
-    np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
+    if lora_out: np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
     def step():
         t = time.perf_counter()
         x = {k: jax.device_put(hb[k], tr.batch2_sh) for k in hb}
@@ -139,7 +140,8 @@ def worker(name: str, a):
     hf_dir = embedded_hf("gemma3-270m")
     pairs = make_pairs(262_144, a.pairs, a.prompt, a.response)
     t = time.perf_counter()
-    if name == "maxpost": step, n = setup_maxpost(hf_dir, pairs, a.dtype, a.lora_file)
+    if name.startswith("maxpost"):      # (BASE: the same code, maxpost imported from --baseline; it reads the A file)
+        step, n = setup_maxpost(hf_dir, pairs, a.dtype, a.lora_file if name == "maxpost" else None)
     else: step, n = setup_tunix(hf_dir, pairs, a.dtype, a.lora_file), None
     say = lambda d: print(TAG + json.dumps(d), flush=True)
     say({"setup_s": time.perf_counter() - t, "n_params": n, "rss_after_setup_gib": st._peak_rss_gib()})
@@ -154,13 +156,14 @@ class Worker(st.Worker):
     def __init__(self, name: str, a, lora_file: str):
         args = [sys.executable, __file__, "--worker", name, "--pairs", str(a.pairs), "--prompt", str(a.prompt),
                 "--response", str(a.response), "--dtype", a.dtype, "--lora-file", lora_file]
+        env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": a.baseline} if name == st.BASE else {})
         self.name, self.p = name, subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                                   cwd=ROOT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                                   cwd=ROOT, env=env)
 
 def bench(a) -> dict:
     "maxpost set up first (Tunix starts from its LoRA A), then Tunix; a compile step each; then alternation."
     lora_file = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
-    names = ["maxpost"] + ([] if a.skip_tunix else ["tunix"])
+    names = ["maxpost"] + ([st.BASE] if a.baseline else []) + ([] if a.skip_tunix else ["tunix"])
     ws, out = {}, {}
     for k in names:                       # one at a time: the second starts after the first has loaded
         ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"steps": []}
@@ -179,7 +182,8 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--skip-tunix", action="store_true")
     ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("--worker", choices=["maxpost", "tunix"], help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", help="also run maxpost imported from this tree (`git archive <commit> maxpost`)")
+    ap.add_argument("--worker", choices=["maxpost", st.BASE, "tunix"], help=argparse.SUPPRESS)
     ap.add_argument("--lora-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker: return worker(a.worker, a)
@@ -191,12 +195,12 @@ def main():
     res["load_avg_end"] = os.getloadavg()
     res["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     ntok = 2 * a.pairs * (a.prompt + a.response)
-    for k in ("maxpost", "tunix"):
+    for k in ("maxpost", st.BASE, "tunix"):
         if k not in res: continue
         r = res[k]; s = [x["s"] for x in r["steps"][1:]]
         r |= {"first_step_s": r["steps"][0]["s"], "step_s": s, "tokens_per_s": ntok / statistics.median(s),
               "tokens_per_s_min": ntok / max(s), "tokens_per_s_max": ntok / min(s)}
-        if k == "maxpost":
+        if k.startswith("maxpost"):
             r["train_step_only_tokens_per_s"] = ntok / statistics.median([x["s"] - x["ref_s"] for x in r["steps"][1:]])
     if "tunix" in res:
         m, t = res["maxpost"], res["tunix"]
@@ -204,6 +208,11 @@ def main():
         res["ratio_paired_median"] = statistics.median(y / x for x, y in zip(m["step_s"], t["step_s"]))
         res["rss_ratio"] = m["peak_rss_gib"] / t["peak_rss_gib"]
         res["max_loss_diff"] = max(abs(x["loss"] - y["loss"]) for x, y in zip(m["steps"], t["steps"]))
+    if st.BASE in res:
+        m, b = res["maxpost"], res[st.BASE]
+        res["ratio_maxpost_over_baseline"] = m["tokens_per_s"] / b["tokens_per_s"]
+        res["ratio_baseline_paired"] = statistics.median(y / x for x, y in zip(m["step_s"], b["step_s"]))
+        res["baseline_max_loss_diff"] = max(abs(x["loss"] - y["loss"]) for x, y in zip(m["steps"], b["steps"]))
     if a.out: Path(a.out).write_text(json.dumps(res, indent=1, default=str))
     print(json.dumps(res, indent=1, default=str))
     ci = res["cpu"]
@@ -211,7 +220,7 @@ def main():
     print(f"jax {res['jax']['jax']}; {res['uptime_start']}  ->  {res['uptime_end']}")
     print(f"LoRA DPO, Gemma 3 270M, {a.pairs} pairs x (prompt {a.prompt} + response {a.response}) = {ntok} tokens/step, "
           f"{a.dtype}; {a.steps} timed steps, alternating")
-    for k in ("maxpost", "tunix"):
+    for k in ("maxpost", st.BASE, "tunix"):
         if k in res:
             r = res[k]
             print(f"  {k:8s} {r['tokens_per_s']:6.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max {r['tokens_per_s_max']:.1f})"
@@ -221,6 +230,9 @@ def main():
         print(f"  maxpost / Tunix = {res['ratio_maxpost_over_tunix']:.2f} (median of per-round ratios "
               f"{res['ratio_paired_median']:.2f}); maxpost train step alone {res['maxpost']['train_step_only_tokens_per_s']:.1f} "
               f"tok/s; peak RSS maxpost / Tunix = {res['rss_ratio']:.2f}; max |loss difference| = {res['max_loss_diff']:.2e}")
+    if st.BASE in res:
+        print(f"  maxpost / {st.BASE} = {res['ratio_maxpost_over_baseline']:.2f} (median of per-round ratios "
+              f"{res['ratio_baseline_paired']:.2f}); max |loss difference| = {res['baseline_max_loss_diff']:.2e}")
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,7 @@ from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_li
 from .loop import RunLoop, jit_sharded
 from .model import PARAM_AXES, param_shapes
 from .sharding import tree_shardings
-from .head_loss import token_nll
+from .head_loss import frozen_head_nll, head_weight, token_nll
 from .sft import SFTConfig, SFTTrainer, load_base
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
 from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
@@ -109,22 +109,27 @@ class DPOTrainer(SFTTrainer):
         self._policy = jit_sharded(self._seq_logps, self.mesh, (self.param_sh, self.frozen_sh, two), None)
         self._plain = jit_sharded(self._plain_logps, self.mesh, (None, two), None)
 
-    def _logps_of(self, model, lora, b):
-        "(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only."
+    def _logps_of(self, model, lora, b, head_frozen: bool):
+        """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
+        in logit tiles when it gets no gradient (LoRA, and the reference)."""
         h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
         w = b["window"]                                        # [R, W] positions holding each row's response
         h = jnp.take_along_axis(h, w[..., None], axis=1)
         t, m = (jnp.take_along_axis(b[k], w, axis=1) for k in ("targets", "loss_mask"))
-        nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
+        if head_frozen:
+            R, W, d = h.shape
+            nll = frozen_head_nll(h.reshape(R * W, d), head_weight(model), t.reshape(-1),
+                                  model.cfg.final_logit_softcapping)[0].reshape(R, W)
+        else: nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
         m = m.astype(jnp.float32)
         return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
 
     def _seq_logps(self, trainable, frozen, b):
-        return self._logps_of(*self.model_inputs(trainable, frozen), b)
+        return self._logps_of(*self.model_inputs(trainable, frozen), b, self.cfg.use_lora)
 
     def _plain_logps(self, params, b):
         "Log-probs under full weights `params` with no adapters (the reference)."
-        return self._logps_of(nnx.merge(self.graphdef, params), None, b)
+        return self._logps_of(nnx.merge(self.graphdef, params), None, b, True)    # no gradient is taken
 
     def _pair_loss(self, trainable, frozen, mb):
         d = self.cfg.dpo

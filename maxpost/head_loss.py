@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from .model import Decoder
 
 # %% auto #0
-__all__ = ['VOCAB_BLOCK', 'FUSED_CHUNK', 'map_position_chunks', 'token_nll', 'masked_mean', 'fused_nll_sum', 'head_weight']
+__all__ = ['VOCAB_BLOCK', 'FUSED_CHUNK', 'map_position_chunks', 'token_nll', 'masked_mean', 'fused_nll_sum', 'frozen_head_nll',
+           'head_weight']
 
 # %% ../nbs/05c_head_loss.ipynb #e8a34d80
 def map_position_chunks(fn, hidden, targets, chunk_size: int = 256):
@@ -59,15 +60,17 @@ def _over_blocks(V: int, block: int, fn, carry):
     carry = jax.lax.fori_loop(0, nb, lambda i, cr: fn(i * vb, vb, cr), carry)
     return fn(nb * vb, tail, carry) if tail else carry
 
-def _tile(hc, wm, lo, size: int, cap):
-    "Logits [c, size] in float32 of one tile (vocabulary rows [lo, lo + size)), soft-capped at `cap`; tanh(u/cap) or None."
-    u = jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size), preferred_element_type=jnp.float32)
-    if cap is None: return u, None
-    t = jnp.tanh(u / cap)
-    return cap * t, t
+def _scaled(u, cap, temperature: float):
+    "(z, ∂z/∂u) for pre-cap logits u: z = cap·tanh(u/cap)/τ (no cap: u/τ); ∂z/∂u None when it is 1."
+    if cap is None: z, k = u, None
+    else: t = jnp.tanh(u / cap); z, k = cap * t, 1 - t * t
+    if temperature != 1.0: z, k = z / temperature, (1.0 if k is None else k) / temperature
+    return z, k
 
-def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK):
-    """Σ weights·NLL, and (when asked) its gradients w.r.t. h [N, d] and w [V, d], in [chunk, block] logit tiles.
+def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK,
+           temperature: float = 1.0, entropy: bool = False):
+    """(NLL [N], ∂/∂h [N, d], ∂/∂w [V, d], entropy [N]) of softmax(z/τ), the gradients those of Σ weights·NLL (None
+    unless asked; entropy None unless asked), in [chunk, block] logit tiles.
     mm_dtype: the head matmuls' input dtype (float32 accumulation); None: h's dtype."""
     N, d = h.shape; V = w.shape[0]
     wm = w.astype(mm_dtype or h.dtype)              # the logits' matmul input, cast once, not per tile
@@ -76,27 +79,31 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
     c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
     one_pass = need_dh and not need_dw             # ∂S/∂h alone: accumulated online with the log-sum-exp
     mm = lambda s, a, b: jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
+    tile = lambda hc, lo, size: _scaled(jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size),
+                                                   preferred_element_type=jnp.float32), cap, temperature)
     def lse_pass(hc):
         def fn(lo, size, cr):
-            m, s, acc = cr
-            z, t = _tile(hc, wm, lo, size, cap)
+            m, s, sz, acc = cr
+            z, k = tile(hc, lo, size)
             mn = jnp.maximum(m, z.max(1)); a = jnp.exp(m - mn)        # running max; rescale what came before
             p = jnp.exp(z - mn[:, None])
             s = s * a + p.sum(1)
+            if entropy: sz = sz * a + (p * z).sum(1)
             if one_pass:
-                if cap is not None: p = p * (1 - t * t)
-                acc = acc * a[:, None] + mm("cv,vd->cd", p, _rows(wb, lo, size))
-            return mn, s, acc
-        init = (jnp.full((c,), -jnp.inf, jnp.float32), jnp.zeros((c,), jnp.float32),
-                jnp.zeros((c, d), jnp.float32) if one_pass else None)
-        m, s, acc = _over_blocks(V, block, fn, init)
-        return m + jnp.log(s), (acc / s[:, None] if one_pass else None)
+                acc = acc * a[:, None] + mm("cv,vd->cd", p if k is None else p * k, _rows(wb, lo, size))
+            return mn, s, sz, acc
+        zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
+        init = (jnp.full((c,), -jnp.inf, jnp.float32), zeros(c), zeros(c) if entropy else None,
+                zeros(c, d) if one_pass else None)
+        m, s, sz, acc = _over_blocks(V, block, fn, init)
+        lse = m + jnp.log(s)
+        return lse, (lse - sz / s if entropy else None), (acc / s[:, None] if one_pass else None)
     def grad_pass(hc, wc, lse, dw):                # second pass (trained head): p is known once lse is
         def fn(lo, size, cr):
             acc, dw = cr
-            z, t = _tile(hc, wm, lo, size, cap)
+            z, k = tile(hc, lo, size)
             g = jnp.exp(z - lse[:, None]) * wc[:, None]
-            if cap is not None: g = g * (1 - t * t)
+            if k is not None: g = g * k
             blk = mm("cv,cd->vd", g, hc)
             dw = dw.at[lo:lo + size].add(blk) if isinstance(lo, int) else \
                 jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
@@ -104,21 +111,21 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
         return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
     def body(dw, x):
         hc, wc = x
-        lse, ph = lse_pass(hc)
+        lse, ent, ph = lse_pass(hc)
         if need_dw: ph, dw = grad_pass(hc, wc, lse, dw)
         elif one_pass: ph = ph * wc[:, None]
-        return dw, (lse, ph)
+        return dw, (lse, ent, ph)
     dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None
-    dw, (lse, ph) = jax.lax.scan(body, dw0, (_chunked(h.astype(wm.dtype), c, n, pad), _chunked(wts, c, n, pad)))
+    dw, (lse, ent, ph) = jax.lax.scan(body, dw0, (_chunked(h.astype(wm.dtype), c, n, pad), _chunked(wts, c, n, pad)))
     wt = w[targets].astype(jnp.float32)            # the targets' logits and their e_y terms, by a gather
-    ut = jnp.einsum("nd,nd->n", h.astype(jnp.float32), wt)
-    if cap is None: zt, gt = ut, wts
-    else: tt = jnp.tanh(ut / cap); zt, gt = cap * tt, (1 - tt * tt) * wts
-    tot = jnp.sum((lse.reshape(-1)[:N] - zt) * wts)
-    if not need_dh: return tot, None, None
+    zt, kt = _scaled(jnp.einsum("nd,nd->n", h.astype(jnp.float32), wt), cap, temperature)
+    nll = lse.reshape(-1)[:N] - zt
+    ent = None if ent is None else ent.reshape(-1)[:N]
+    if not need_dh: return nll, None, None, ent
+    gt = wts if kt is None else kt * wts
     dh = (ph.reshape(-1, d)[:N] - gt[:, None] * wt).astype(h.dtype)
     if need_dw: dw = dw.at[targets].add(-gt[:, None] * h.astype(jnp.float32))
-    return tot, dh, dw
+    return nll, dh, dw, ent
 
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
 def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int = FUSED_CHUNK, need_dw: bool = True,
@@ -127,17 +134,36 @@ def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int =
     # cap: the model's final logit soft-cap (None: none); chunk, block: positions and vocabulary rows per logits tile
     # need_dw: whether the head is trained (False for LoRA: its gradient is then never formed)
     # mm_dtype: bfloat16 for bfloat16 matmul inputs with float32 accumulation (bf16_matmuls); None: as h
-    return _fused(h, w, targets, weights, cap, chunk, False, False, mm_dtype, block)[0]
+    return jnp.sum(_fused(h, w, targets, weights, cap, chunk, False, False, mm_dtype, block)[0] * weights)
 
 def _fused_fwd(h, w, targets, weights, cap, chunk, need_dw, mm_dtype, block):
-    tot, dh, dw = _fused(h, w, targets, weights, cap, chunk, True, need_dw, mm_dtype, block)
-    return tot, (dh, dw, jnp.zeros((), w.dtype))
+    nll, dh, dw, _ = _fused(h, w, targets, weights, cap, chunk, True, need_dw, mm_dtype, block)
+    return jnp.sum(nll * weights), (dh, dw, jnp.zeros((), w.dtype))
 
 def _fused_bwd(cap, chunk, need_dw, mm_dtype, block, res, g):
     dh, dw, w_dtype = res
     return ((dh * g).astype(dh.dtype), None if dw is None else (dw * g).astype(w_dtype.dtype), None, None)
 
 fused_nll_sum.defvjp(_fused_fwd, _fused_bwd)
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def frozen_head_nll(h, w, targets, cap: float | None = None, temperature: float = 1.0, mm_dtype=None,
+                    block: int = VOCAB_BLOCK):
+    """(NLL [N], entropy [N]) of softmax(z/τ) for hidden h [N, d] under a frozen head w [V, d], in logit tiles.
+    Only the NLL carries a gradient, to h (none to w; the entropy is a measurement, as in `token_nll`'s users)."""
+    ones = jnp.ones(targets.shape, jnp.float32)
+    nll, _, _, ent = _fused(h, w, targets, ones, cap, FUSED_CHUNK, False, False, mm_dtype, block, temperature, True)
+    return nll, ent
+
+def _frozen_fwd(h, w, targets, cap, temperature, mm_dtype, block):
+    ones = jnp.ones(targets.shape, jnp.float32)
+    nll, dh, _, ent = _fused(h, w, targets, ones, cap, FUSED_CHUNK, True, False, mm_dtype, block, temperature, True)
+    return (nll, ent), dh                          # dh [N, d]: ∂NLL_t/∂h_t, one row per token
+
+def _frozen_bwd(cap, temperature, mm_dtype, block, dh, g):
+    return (g[0][:, None] * dh).astype(dh.dtype), None, None
+
+frozen_head_nll.defvjp(_frozen_fwd, _frozen_bwd)
 
 def head_weight(model: Decoder):
     "The output head as [V, d]: the tied embedding, or lm_head transposed."

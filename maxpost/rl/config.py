@@ -131,7 +131,8 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     reward_functions: str = "gsm8k_answer,gsm8k_exact_format"   # built-in names, comma-separated
     reward_weights: str | list | float | None = None    # one weight per function (built-ins first, then the path's); None: 1s
     reward_functions_path: str = ""         # 'path/to/module.py:fn1,fn2' or 'pkg.mod:fn'
-    loss_chunk_size: PosInt = 256           # positions per logits chunk (log-probs, entropy)
+    loss_chunk_size: PosInt = 256           # positions per logits chunk of a full fine-tune's update (LoRA
+    # updates and the log-prob passes run in maxpost.head_loss's fixed logit tiles)
     # evaluation before/after, logging
     eval_before_after: bool = True
     num_eval_passes: PosInt = 1             # samples per eval prompt (> 1 needs eval_temperature > 0)

@@ -25,7 +25,7 @@ from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_
                             policy_loss, rollout_is_weights, rollout_mismatch)
 from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
 from ..loop import RunLoop, jit_sharded, train_state_shardings
-from ..head_loss import map_position_chunks
+from ..head_loss import frozen_head_nll, head_weight, map_position_chunks
 from ..sft import DTYPES
 from ..distributed import gather_host, gather_json, initialize, is_main_process, local_rows, process_allgather
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
@@ -128,16 +128,21 @@ class RLTrainer:
         if self.cfg.use_lora: return nnx.merge(self.graphdef, frozen), lora_terms(trainable, self.lora_scale)
         return nnx.merge(self.graphdef, trainable), None
 
-    def _forward(self, trainable, frozen, batch, policy: bool = True):
-        "(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion positions."
+    def _forward(self, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True):
+        """(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion
+        positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles."""
         model, lora = self.model_and_lora(trainable, frozen)
         if not policy: lora = None
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
-        return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature)
+        if not head_frozen:
+            return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature)
+        nll, ent = frozen_head_nll(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1),
+                                   model.cfg.final_logit_softcapping, self.temperature)
+        return -nll.reshape(batch["targets"].shape), ent.reshape(batch["targets"].shape)
 
     def _logps_fn(self, trainable, frozen, batch, policy: bool = True):
-        return self._forward(trainable, frozen, batch, policy)[0]
+        return self._forward(trainable, frozen, batch, policy)[0]          # never differentiated
 
     def policy_logps(self, state, batch):
         "Log-probs [B, T] of the current policy (the 'old' policy before the first update)."
@@ -150,7 +155,7 @@ class RLTrainer:
 
     def _loss(self, trainable, frozen, mb):
         lc = self.lc
-        logp, ent = self._forward(trainable, frozen, mb)
+        logp, ent = self._forward(trainable, frozen, mb, head_frozen=self.cfg.use_lora)
         mask = mb["completion_mask"]
         old = mb["old_logps"] if "old_logps" in mb else None
         m, isw = {}, None
