@@ -37,8 +37,13 @@ def main():
     y = jnp.asarray(rng.integers(0, a.vocab, a.n).astype(np.int32))
     m = jnp.asarray(rng.random(a.n).astype(np.float32))
     old, new = load_fused(Path(a.baseline)), load_fused(ROOT)
-    runs = {"untiled (baseline, 256 positions per chunk)": jax.jit(lambda *x: old(*x, a.cap, 256, True, a.dw)),
-            "tiled (this tree, [1024, 8192] tiles)": jax.jit(lambda *x: new(*x, a.cap, 1024, True, a.dw))}
+    def total(f, chunk):       # (Σ m·NLL, ∂h, ∂W): the older `_fused` returns the sum, the newer the per-token NLL
+        def g(*x):
+            r = f(*x, a.cap, chunk, True, a.dw)
+            return (r[0] if r[0].ndim == 0 else jnp.sum(r[0] * x[3]), r[1], r[2])
+        return jax.jit(g)
+    runs = {"untiled (baseline, 256 positions per chunk)": total(old, 256),
+            "tiled (this tree, [1024, 8192] tiles)": total(new, 1024)}
     flops = (8 if a.dw else 4) * a.n * a.vocab * d     # tiled: +1 logits matmul when the head is trained
     out = {}
     for name, f in runs.items():
