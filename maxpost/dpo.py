@@ -119,7 +119,8 @@ class DPOTrainer(SFTTrainer):
         if head_frozen:
             R, W, d = h.shape
             nll = frozen_head_nll(h.reshape(R * W, d), head_weight(model), t.reshape(-1),
-                                  model.cfg.final_logit_softcapping)[0].reshape(R, W)
+                                  model.cfg.final_logit_softcapping, 1.0, None, self.tiles[1],
+                                  self.tiles[0])[0].reshape(R, W)
         else: nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
         m = m.astype(jnp.float32)
         return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)

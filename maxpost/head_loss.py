@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from .model import Decoder
 
 # %% auto #0
-__all__ = ['VOCAB_BLOCK', 'FUSED_CHUNK', 'map_position_chunks', 'token_nll', 'masked_mean', 'fused_nll_sum', 'frozen_head_nll',
-           'head_weight']
+__all__ = ['VOCAB_BLOCK', 'FUSED_CHUNK', 'map_position_chunks', 'token_nll', 'masked_mean', 'head_tiles', 'fused_nll_sum',
+           'frozen_head_nll', 'head_weight']
 
 # %% ../nbs/05c_head_loss.ipynb #e8a34d80
 def map_position_chunks(fn, hidden, targets, chunk_size: int = 256):
@@ -54,10 +54,19 @@ def _rows(x, lo, size: int):
     "x[lo:lo+size] for a static or traced start."
     return x[lo:lo + size] if isinstance(lo, int) else jax.lax.dynamic_slice_in_dim(x, lo, size)
 
+def head_tiles(mesh, chunk_size: int) -> tuple[int, int]:
+    """(positions, vocabulary rows) per logits tile for a trainer on `mesh`: (FUSED_CHUNK, VOCAB_BLOCK), or, when the
+    mesh's tensor axis shards the vocabulary, (chunk_size, 0): the whole vocabulary in one block, which XLA splits
+    over the devices, where a loop over blocks would gather the head onto each device."""
+    return (FUSED_CHUNK, VOCAB_BLOCK) if dict(mesh.shape).get("tensor", 1) == 1 else (chunk_size, 0)
+
 def _over_blocks(V: int, block: int, fn, carry):
-    "carry ← fn(lo, size, carry) for the vocabulary blocks [lo, lo + size) of `block` rows, then the remainder."
-    vb = min(block, V); nb, tail = V // vb, V % vb
-    carry = jax.lax.fori_loop(0, nb, lambda i, cr: fn(i * vb, vb, cr), carry)
+    """carry ← fn(lo, size, carry) for the vocabulary blocks [lo, lo + size) of `block` rows (0: one block of all V),
+    then the remainder."""
+    vb = min(block, V) if block > 0 else V
+    nb, tail = V // vb, V % vb
+    if nb == 1: carry = fn(0, vb, carry)           # static: a whole-array slice, kept sharded as it is
+    else: carry = jax.lax.fori_loop(0, nb, lambda i, cr: fn(i * vb, vb, cr), carry)
     return fn(nb * vb, tail, carry) if tail else carry
 
 def _scaled(u, cap, temperature: float):
@@ -146,21 +155,21 @@ def _fused_bwd(cap, chunk, need_dw, mm_dtype, block, res, g):
 
 fused_nll_sum.defvjp(_fused_fwd, _fused_bwd)
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
 def frozen_head_nll(h, w, targets, cap: float | None = None, temperature: float = 1.0, mm_dtype=None,
-                    block: int = VOCAB_BLOCK):
+                    block: int = VOCAB_BLOCK, chunk: int = FUSED_CHUNK):
     """(NLL [N], entropy [N]) of softmax(z/τ) for hidden h [N, d] under a frozen head w [V, d], in logit tiles.
     Only the NLL carries a gradient, to h (none to w; the entropy is a measurement, as in `token_nll`'s users)."""
     ones = jnp.ones(targets.shape, jnp.float32)
-    nll, _, _, ent = _fused(h, w, targets, ones, cap, FUSED_CHUNK, False, False, mm_dtype, block, temperature, True)
+    nll, _, _, ent = _fused(h, w, targets, ones, cap, chunk, False, False, mm_dtype, block, temperature, True)
     return nll, ent
 
-def _frozen_fwd(h, w, targets, cap, temperature, mm_dtype, block):
+def _frozen_fwd(h, w, targets, cap, temperature, mm_dtype, block, chunk):
     ones = jnp.ones(targets.shape, jnp.float32)
-    nll, dh, _, ent = _fused(h, w, targets, ones, cap, FUSED_CHUNK, True, False, mm_dtype, block, temperature, True)
+    nll, dh, _, ent = _fused(h, w, targets, ones, cap, chunk, True, False, mm_dtype, block, temperature, True)
     return (nll, ent), dh                          # dh [N, d]: ∂NLL_t/∂h_t, one row per token
 
-def _frozen_bwd(cap, temperature, mm_dtype, block, dh, g):
+def _frozen_bwd(cap, temperature, mm_dtype, block, chunk, dh, g):
     return (g[0][:, None] * dh).astype(dh.dtype), None, None
 
 frozen_head_nll.defvjp(_frozen_fwd, _frozen_bwd)

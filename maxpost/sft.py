@@ -25,7 +25,7 @@ from .data_sources import SFT_ALIASES
 from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sharded, lr_schedule,
                           make_optimizer, train_state_shardings)
 from .lora import LoRAKeys, LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
-from .head_loss import FUSED_CHUNK, fused_nll_sum, head_weight, token_nll
+from .head_loss import fused_nll_sum, head_tiles, head_weight, token_nll
 from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
 from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
 from .distributed import initialize, is_main_process, main_print, process_allgather
@@ -68,7 +68,8 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     per_device_batch_size: PosFloat = 2.0       # global batch = per_device_batch_size × devices
     gradient_accumulation_steps: PosInt = 1     # micro-batches per optimizer step
     loss_chunk_size: PosInt = 256               # positions per logits chunk of the per-token losses (held-out
-    # eval, DPO); the training loss runs in fixed [FUSED_CHUNK, VOCAB_BLOCK] tiles (fused_nll_sum)
+    # eval, full-FT DPO); the training loss runs in fixed [1024, 8192] logit tiles (maxpost.head_loss), or
+    # in chunks of this many positions when the mesh's tensor axis shards the vocabulary
     bf16_matmuls: bool = False                  # matmul inputs in bfloat16, float32 accumulation, activations in
     # dtype (for CPUs with AVX512_BF16 or AMX, and accelerators)
     # evaluation
@@ -108,6 +109,7 @@ class SFTTrainer:
         else:
             self.frozen, self.frozen_sh, self._base = {}, {}, w.base
         self.opt, self.sched = cfg.optimizer(cfg.steps)
+        self.tiles = head_tiles(self.mesh, cfg.loss_chunk_size)      # the loss's logits tiles (maxpost.head_loss)
         self.batch_sh = batch_sharding(self.mesh, leading=1)      # [A, B, T]: rows over data × fsdp
         self.batch2_sh = batch_sharding(self.mesh)
         self.state_sh = train_state_shardings(self.mesh, self.opt, w.abs_params, self.param_sh)
@@ -138,8 +140,8 @@ class SFTTrainer:
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         m = batch["loss_mask"].astype(jnp.float32)
         s = fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1), m.reshape(-1),
-                          self.mcfg.final_logit_softcapping, FUSED_CHUNK, not self.cfg.use_lora,
-                          jnp.bfloat16 if self.cfg.bf16_matmuls else None)
+                          self.mcfg.final_logit_softcapping, self.tiles[0], not self.cfg.use_lora,
+                          jnp.bfloat16 if self.cfg.bf16_matmuls else None, self.tiles[1])
         return s, jnp.sum(m)
 
     def _token_losses(self, trainable, frozen, batch):

@@ -90,6 +90,38 @@ def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
         for (l1, g1), (l8, g8) in zip(out[f"{mode}|one"], out[f"{mode}|eight"]):
             assert abs(l1 - l8) <= 1e-5 * l1 and abs(g1 - g8) <= 1e-4 * g1, (mode, out)
 
+HEAD_SHARD_SCRIPT = """
+import json, re
+from maxpost.data import SFTDataIterator
+from maxpost.model import tiny_config
+from maxpost.sft import SFTConfig, SFTTrainer, random_params, synthetic_examples
+mcfg = tiny_config("gemma3", vocab_size=32768); base = random_params(mcfg, 0)
+b = next(SFTDataIterator(synthetic_examples(64, 128, "copy"), 8, 64, seed=0))
+out = {}
+for tp in (1, 2):
+    cfg = SFTConfig(model_name="tiny-gemma3", max_target_length=64, per_device_batch_size=4, use_lora=True,
+                    lora_rank=4, ici_tensor_parallelism=tp, ici_fsdp_parallelism=-1)
+    tr = SFTTrainer(cfg, mcfg, base); st = tr.init_state()
+    txt = tr._step.lower(st, tr.frozen, tr.put_batch(b)).compile().as_text()
+    out[tp] = dict(tiles=tr.tiles, gathered_head=len(re.findall(r"f32\\[32768,32\\][^=]*= .*all-gather|all-gather\\(", txt)),
+                   logit_shapes=sorted(set(re.findall(r"f32\\[(\\d+),(8192|16384|32768)\\]", txt))))
+print(json.dumps(out))
+"""
+
+def test_vocab_sharded_head_is_not_gathered(tmp_path):
+    """On a mesh whose tensor axis shards the vocabulary (2 virtual CPU devices), the loss's logits tile holds each
+    device's half of the vocabulary and the head is never all-gathered (a loop over vocabulary blocks would gather
+    it); with the vocabulary whole on each device (fsdp = 2) the loss runs in [c, 8192] tiles. Compiled only, tiny Gemma with a 32 768-token vocabulary."""
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+    r = subprocess.run([sys.executable, "-c", HEAD_SHARD_SCRIPT], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600, env=_env(tmp_path, XLA_FLAGS=flags))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    print(out)
+    assert out["1"]["tiles"] == [1024, 8192] and any(v == "8192" for _, v in out["1"]["logit_shapes"]), out
+    assert out["2"]["tiles"] == [256, 0] and out["2"]["gathered_head"] == 0, out
+    assert ["256", "16384"] in out["2"]["logit_shapes"] and not any(v != "16384" for _, v in out["2"]["logit_shapes"]), out
+
 def test_bad_key_names_the_closest(tmp_path):
     r = subprocess.run(_cmd("model_name=tiny-gemma3", "lora_rnak=4", f"base_output_directory={tmp_path}"),
                        capture_output=True, text=True, cwd=ROOT, timeout=120)

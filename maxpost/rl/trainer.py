@@ -25,7 +25,7 @@ from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_
                             policy_loss, rollout_is_weights, rollout_mismatch)
 from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
 from ..loop import RunLoop, jit_sharded, train_state_shardings
-from ..head_loss import frozen_head_nll, head_weight, map_position_chunks
+from ..head_loss import frozen_head_nll, head_tiles, head_weight, map_position_chunks
 from ..sft import DTYPES
 from ..distributed import gather_host, gather_json, initialize, is_main_process, local_rows, process_allgather
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
@@ -73,6 +73,7 @@ class RLTrainer:
         self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
         self.temperature = float(cfg.decode_sampling_temperature)   # log-probs of softmax(z/τ): the sampled policy
+        self.tiles = head_tiles(self.mesh, cfg.loss_chunk_size)    # logits tiles of a frozen head (maxpost.head_loss)
         self.is_mode = importance_sampling(cfg)                      # rollout correction, None when off
         # batch rows (and log-prob outputs) split over data × fsdp when a minibatch's rows divide evenly, else
         # replicated (one process only: with several, each process holds its own rows)
@@ -138,7 +139,8 @@ class RLTrainer:
         if not head_frozen:
             return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature)
         nll, ent = frozen_head_nll(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1),
-                                   model.cfg.final_logit_softcapping, self.temperature)
+                                   model.cfg.final_logit_softcapping, self.temperature, None,
+                                   self.tiles[1], self.tiles[0])
         return -nll.reshape(batch["targets"].shape), ent.reshape(batch["targets"].shape)
 
     def _logps_fn(self, trainable, frozen, batch, policy: bool = True):
