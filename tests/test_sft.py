@@ -76,15 +76,20 @@ for mode in ("full", "lora"):
 print(json.dumps({"|".join(k): v for k, v in out.items()}))
 """
 
-def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
-    """4 steps on 8 virtual CPU devices (fsdp=4 × tensor=2, one row per device) give the losses and gradient norms of
-    one device with the same 8-row batches, for a full fine-tune and for LoRA."""
-    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-    r = subprocess.run([sys.executable, "-c", MESH_SCRIPT], capture_output=True, text=True, cwd=ROOT,
+def _on_devices(script: str, n: int, tmp_path) -> dict:
+    "The JSON that `script` prints last, run in a subprocess with n virtual CPU devices."
+    flags = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}").strip()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                        timeout=600, env=_env(tmp_path, XLA_FLAGS=flags))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     print(out)
+    return out
+
+def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
+    """4 steps on 8 virtual CPU devices (fsdp=4 × tensor=2, one row per device) give the losses and gradient norms of
+    one device with the same 8-row batches, for a full fine-tune and for LoRA."""
+    out = _on_devices(MESH_SCRIPT, 8, tmp_path)
     for mode in ("full", "lora"):
         assert "fsdp" in out[f"{mode}|eight|spec"], out             # the weights really are split
         for (l1, g1), (l8, g8) in zip(out[f"{mode}|one"], out[f"{mode}|eight"]):
@@ -112,12 +117,7 @@ def test_vocab_sharded_head_is_not_gathered(tmp_path):
     """On a mesh whose tensor axis shards the vocabulary (2 virtual CPU devices), the loss's logits tile holds each
     device's half of the vocabulary and the head is never all-gathered (a loop over vocabulary blocks would gather
     it); with the vocabulary whole on each device (fsdp = 2) the loss runs in [c, 8192] tiles. Compiled only, tiny Gemma with a 32 768-token vocabulary."""
-    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-    r = subprocess.run([sys.executable, "-c", HEAD_SHARD_SCRIPT], capture_output=True, text=True, cwd=ROOT,
-                       timeout=600, env=_env(tmp_path, XLA_FLAGS=flags))
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    print(out)
+    out = _on_devices(HEAD_SHARD_SCRIPT, 2, tmp_path)
     assert out["1"]["tiles"] == [1024, 8192] and any(v == "8192" for _, v in out["1"]["logit_shapes"]), out
     assert out["2"]["tiles"] == [256, 0] and out["2"]["gathered_head"] == 0, out
     assert ["256", "16384"] in out["2"]["logit_shapes"] and not any(v != "16384" for _, v in out["2"]["logit_shapes"]), out
