@@ -1,5 +1,6 @@
-"""The masked token-mean cross-entropy without `[batch, length, vocab]` logits: per-token NLL in chunks of positions,
-and the training loss fused with its gradient in logit tiles, one pass over the vocabulary.
+"""The masked token-mean cross-entropy without `[batch, length, vocab]` logits: the training loss fused with its
+gradient in logit tiles (one pass over the vocabulary, online log-sum-exp), the same pass per token for a frozen
+head (NLL, entropy, log-probs at a temperature), and per-token NLL in chunks of positions for a trained one.
 
 Docs: https://maxpost.github.io/maxpost/head_loss.html.md"""
 
