@@ -91,29 +91,35 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
     mm = lambda s, a, b: jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
     tile = lambda hc, lo, size: _scaled(jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size),
                                                    preferred_element_type=jnp.float32), cap, temperature)
+    vb = min(block, V) if block > 0 else V
     def lse_pass(hc):
         def fn(lo, size, cr):
-            m, s, sz, acc = cr
+            m, s, sz, acc, zs = cr
             z, k = tile(hc, lo, size)
+            if need_dw:                            # kept for the second pass, which then needs no logits matmul
+                zs = (jax.lax.dynamic_update_index_in_dim(zs[0], z, lo // vb, 0), zs[1]) if size == vb else (zs[0], z)
             mn = jnp.maximum(m, z.max(1)); a = jnp.exp(m - mn)        # running max; rescale what came before
             p = jnp.exp(z - mn[:, None])
             s = s * a + p.sum(1)
             if entropy: sz = sz * a + (p * z).sum(1)
             if one_pass:
                 acc = acc * a[:, None] + mm("cv,vd->cd", p if k is None else p * k, _rows(wb, lo, size))
-            return mn, s, sz, acc
+            return mn, s, sz, acc, zs
         zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
+        zs = (zeros(V // vb, c, vb), None) if need_dw else None
         init = (jnp.full((c,), -jnp.inf, jnp.float32), zeros(c), zeros(c) if entropy else None,
-                zeros(c, d) if one_pass else None)
-        m, s, sz, acc = _over_blocks(V, block, fn, init)
+                zeros(c, d) if one_pass else None, zs)
+        m, s, sz, acc, zs = _over_blocks(V, block, fn, init)
         lse = m + jnp.log(s)
-        return lse, (lse - sz / s if entropy else None), (acc / s[:, None] if one_pass else None)
-    def grad_pass(hc, wc, lse, dw):                # second pass (trained head): p is known once lse is
+        return lse, (lse - sz / s if entropy else None), (acc / s[:, None] if one_pass else None), zs
+    def grad_pass(hc, wc, lse, dw, zs):            # second pass (trained head): p is known once lse is
         def fn(lo, size, cr):
             acc, dw = cr
-            z, k = tile(hc, lo, size)
+            z = jax.lax.dynamic_index_in_dim(zs[0], lo // vb, 0, keepdims=False) if size == vb else zs[1]
             g = jnp.exp(z - lse[:, None]) * wc[:, None]
-            if k is not None: g = g * k
+            if cap is not None:                    # ∂z/∂u = (1 - t²)/τ with t = z·τ/cap
+                t = z * (temperature / cap); g = g * ((1 - t * t) / temperature)
+            elif temperature != 1.0: g = g / temperature
             blk = mm("cv,cd->vd", g, hc)
             dw = dw.at[lo:lo + size].add(blk) if isinstance(lo, int) else \
                 jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
@@ -121,8 +127,8 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
         return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
     def body(dw, x):
         hc, wc = x
-        lse, ent, ph = lse_pass(hc)
-        if need_dw: ph, dw = grad_pass(hc, wc, lse, dw)
+        lse, ent, ph, zs = lse_pass(hc)
+        if need_dw: ph, dw = grad_pass(hc, wc, lse, dw, zs)
         elif one_pass: ph = ph * wc[:, None]
         return dw, (lse, ent, ph)
     dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None

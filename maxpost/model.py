@@ -16,12 +16,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from .matmul import project
+
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'ModelConfig',
            'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope',
-           'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs', 'lowp_einsum', 'lora_delta',
-           'fuse_weights', 'decoder_layer', 'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask',
-           'tiny_config', 'logical_axes', 'forward_fn']
+           'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs', 'fuse_weights',
+           'decoder_layer', 'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config',
+           'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -219,59 +221,6 @@ def layer_inv_freqs(cfg: ModelConfig) -> dict:
     inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
     return {False: inv, True: rope_inv_freq(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else inv}
 
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def lowp_einsum(spec: str, x, w):
-    "einsum(spec, x, w) with x cast to w's (narrower) dtype, accumulated and returned in float32; so is its backward."
-    return jnp.einsum(spec, x.astype(w.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)
-
-def _lowp_fwd(spec, x, w):
-    return lowp_einsum(spec, x, w), (x.astype(w.dtype), w, jnp.zeros((), x.dtype))
-
-def _lowp_bwd(spec, res, g):
-    xl, w, x_dtype = res
-    lhs, rest = spec.split(","); rhs, out = rest.split("->")
-    gl = g.astype(w.dtype)
-    dx = jnp.einsum(f"{out},{rhs}->{lhs}", gl, w, preferred_element_type=jnp.float32).astype(x_dtype.dtype)
-    dw = jnp.einsum(f"{lhs},{out}->{rhs}", xl, gl, preferred_element_type=jnp.float32).astype(w.dtype)
-    return dx, dw            # dw of a frozen weight is never used: XLA drops its matmul
-
-lowp_einsum.defvjp(_lowp_fwd, _lowp_bwd)
-
-@jax.custom_vjp
-def lora_delta(x, a, b):
-    "The low-rank term (x A) B of x [N, I], A [I, r], B [r, O]."
-    return (x @ a) @ b
-
-def _lora_fwd(x, a, b):
-    xa = x @ a
-    return xa @ b, (x, a, b, xa)
-
-def _lora_bwd(res, g):
-    x, a, b, xa = res
-    gxa = g @ b.T                                                          # [N, r]
-    # dB = (xA)ᵀ g and dA = xᵀ (g Bᵀ) contract over the N positions. Left to itself XLA's CPU backend transposes
-    # the big operand (g [N, O] or x [N, I]) for them; transposing the small [N, r] one instead, kept so by a barrier,
-    # gives two matmuls in the plain [r, N] @ [N, ·] layout.
-    xat, gxat = jax.lax.optimization_barrier((xa.T, gxa.T))
-    return gxa @ a.T, (gxat @ x).T, xat @ g
-
-lora_delta.defvjp(_lora_fwd, _lora_bwd)
-
-def _proj(spec: str, x, p: dict, name: str):
-    """einsum(spec, x, p[name]), plus the low-rank term (x A) B when `p` holds `name`_lora_a / `name`_lora_b.
-    A weight narrower than x (bfloat16 under float32 activations: `Decoder(matmul_dtype=...)`) is a `lowp_einsum`."""
-    w = p[name]
-    y = jnp.einsum(spec, x, w) if w.dtype == x.dtype else lowp_einsum(spec, x, w)
-    if name + "_lora_a" not in p: return y
-    lhs, rest = spec.split(","); rhs, out = rest.split("->")
-    con = "".join(c for c in rhs if c in lhs)        # contracted axes: the weight's leading axes
-    keep = lhs[:len(lhs) - len(con)]
-    assert rhs.startswith(con) and lhs.endswith(con) and out == keep + rhs[len(con):], spec
-    a, b = p[name + "_lora_a"], p[name + "_lora_b"]
-    lead = x.shape[:len(keep)]
-    d = lora_delta(x.reshape(math.prod(lead), -1), a.reshape(-1, a.shape[-1]), b.reshape(b.shape[0], -1))
-    return y + d.reshape(*lead, *b.shape[1:])
-
 def fuse_weights(p: dict) -> dict:
     """Layer weights `p` (one layer, or stacked [L, ...]) with q/k/v fused into `wqkv` [.., d, (H + 2K)·hd], `wo`
     flattened to [.., H·hd, d] and gate/up fused into `wgu` [.., d, 2F]: four matmuls per layer instead of seven, for
@@ -286,7 +235,7 @@ def fuse_weights(p: dict) -> dict:
 
 def _qkv(cfg: ModelConfig, h, p: dict):
     "q [B, T, H, hd], k, v [B, T, K, hd] of h [B, T, d], from separate or fused (`wqkv`) weights."
-    if "wqkv" not in p: return tuple(_proj("btd,dnh->btnh", h, p, n) for n in ("wq", "wk", "wv"))
+    if "wqkv" not in p: return tuple(project("btd,dnh->btnh", h, p, n) for n in ("wq", "wk", "wv"))
     B, T, _ = h.shape
     H, K, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     y = h @ p["wqkv"]                                                       # [B, T, (H + 2K)·hd]
@@ -296,13 +245,13 @@ def _qkv(cfg: ModelConfig, h, p: dict):
 def _out(o, p: dict):
     "Output projection of o [B, T, H, hd] to [B, T, d], separate ([H, hd, d]) or flattened ([H·hd, d]) `wo`."
     if p["wo"].ndim == 2: return o.reshape(*o.shape[:2], -1) @ p["wo"]
-    return _proj("btnh,nhd->btd", o, p, "wo")
+    return project("btnh,nhd->btd", o, p, "wo")
 
 def _mlp(cfg: ModelConfig, h, p: dict):
     "act(h W_gate) ⊙ (h W_up) W_down, from separate or fused (`wgu`) weights."
     act = activation(cfg.activation)
     if "wgu" not in p:
-        return _proj("btf,fd->btd", act(_proj("btd,df->btf", h, p, "w_gate")) * _proj("btd,df->btf", h, p, "w_up"), p, "w_down")
+        return project("btf,fd->btd", act(project("btd,df->btf", h, p, "w_gate")) * project("btd,df->btf", h, p, "w_up"), p, "w_down")
     gu = h @ p["wgu"]
     F = gu.shape[-1] // 2
     return (act(gu[..., :F]) * gu[..., F:]) @ p["w_down"]
