@@ -247,6 +247,10 @@ def test_rl_one_step_off_two_processes_like_one(tmp_path):
     for a, b in zip(one_m, two_m):
         for k in ("reward_mean", "reward_std", "rewards/digits/mean", "completion_length_mean", "policy_version"):
             assert a[k] == b[k], (a["step"], k, a[k], b[k])                 # the same stale rollouts, the same rewards
-        for k in ("loss", "pg_loss", "grad_norm", "sampling/sampling_logp_difference/mean"):
+        for k in ("loss", "pg_loss", "grad_norm"):
             assert abs(a[k] - b[k]) <= 1e-4 * max(abs(a[k]), 1e-3), (a["step"], k, a[k], b[k])
+        # at step 1 the sampler is π_old and this gap is float32 rounding of log-probs of size ~1-10 (~1e-7 each):
+        # two device layouts may differ by that much, so the bound has an absolute floor of 1e-6
+        k = "sampling/sampling_logp_difference/mean"
+        assert abs(a[k] - b[k]) <= max(1e-4 * abs(a[k]), 1e-6), (a["step"], k, a[k], b[k])
     assert any(m["reward_std"] > 0 for m in one_m) and all(abs(m["pg_loss"]) > 1e-4 for m in one_m)   # not vacuous
