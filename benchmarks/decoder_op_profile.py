@@ -11,7 +11,7 @@ fuses, from the compiled HLO.
 before/after comparison on the same machine. Event times are per thread: a matmul spread over both cores appears
 once, with its wall time; small ops on the two threads may overlap, so the sum can exceed the wall time.
 """
-import argparse, collections, glob, os, re, statistics, sys, tempfile, time
+import argparse, collections, glob, re, statistics, sys, tempfile, time
 from pathlib import Path
 
 def main():

@@ -1,10 +1,13 @@
 """The fused head loss on its own: maxpost's tiled `_fused` (maxpost.head_loss) against the same function of an older
-tree (before the tiles: `sft._fused`, logits [chunk, V] per chunk of positions), on random float32 data of Gemma 3
-270M's head shape (d 640, V 262 144). Prints seconds per call (median of 3 after a compile), GFLOP/s of the matmuls,
-and the largest differences of the loss and gradients to the older tree's.
+tree, on random float32 data of Gemma 3 270M's head shape (d 640, V 262 144). The older tree may be from before the
+tiles (`sft._fused`, logits [chunk, V] per chunk of positions; `--baseline-chunk 256`) or a tiled one
+(`--baseline-chunk 1024`). Prints seconds per call (median of 3 after a compile) and the largest differences of the
+loss and gradients to the older tree's.
 
-    git archive feec7e9 maxpost | tar -x -C /tmp/base
+    git archive feec7e9 maxpost | tar -x -C /tmp/base       # before the tiles
     python benchmarks/head_loss_tiles.py --baseline /tmp/base [--n 512] [--vocab 262144] [--cap 30] [--dw]
+    git archive 8909f11 maxpost | tar -x -C /tmp/base       # tiled, the ∂W pass recomputing the logits
+    python benchmarks/head_loss_tiles.py --baseline /tmp/base --baseline-chunk 1024 --dw
 """
 import argparse, importlib, sys, time
 from pathlib import Path
@@ -28,6 +31,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=262_144)
     ap.add_argument("--cap", type=float, default=None, help="final logit soft-cap")
     ap.add_argument("--dw", action="store_true", help="the head is trained (full fine-tuning): also ∂/∂W")
+    ap.add_argument("--baseline-chunk", type=int, default=256, help="positions per chunk for the baseline tree")
     a = ap.parse_args()
     import jax, jax.numpy as jnp
     d = 640
@@ -42,9 +46,8 @@ def main():
             r = f(*x, a.cap, chunk, True, a.dw)
             return (r[0] if r[0].ndim == 0 else jnp.sum(r[0] * x[3]), r[1], r[2])
         return jax.jit(g)
-    runs = {"untiled (baseline, 256 positions per chunk)": total(old, 256),
-            "tiled (this tree, [1024, 8192] tiles)": total(new, 1024)}
-    flops = (8 if a.dw else 4) * a.n * a.vocab * d     # tiled: +1 logits matmul when the head is trained
+    runs = {f"baseline tree ({a.baseline_chunk} positions per chunk)": total(old, a.baseline_chunk),
+            "this tree ([1024, 8192] tiles)": total(new, 1024)}
     out = {}
     for name, f in runs.items():
         out[name] = jax.block_until_ready(f(h, w, y, m)); ts = []
@@ -52,8 +55,8 @@ def main():
             t = time.perf_counter(); jax.block_until_ready(f(h, w, y, m)); ts.append(time.perf_counter() - t)
         print(f"{name}: {np.median(ts):.3f} s (min {min(ts):.3f})", flush=True)
     (lo, *go), (ln, *gn) = out.values()
-    print(f"N {a.n}, V {a.vocab}, cap {a.cap}, dW {a.dw}; tiled flops {flops / 1e9:.0f} GFLOP (untiled: "
-          f"{(6 if a.dw else 4) * a.n * a.vocab * d / 1e9:.0f}); |Δloss|/loss {abs(float(ln - lo)) / abs(float(lo)):.1e}; "
+    print(f"N {a.n}, V {a.vocab}, cap {a.cap}, dW {a.dw}; this tree's head matmuls "
+          f"{(6 if a.dw else 4) * a.n * a.vocab * d / 1e9:.0f} GFLOP; |Δloss|/loss {abs(float(ln - lo)) / abs(float(lo)):.1e}; "
           + ", ".join(f"max|Δ{k}| {float(jnp.abs(x - z).max()):.1e}" for k, x, z in zip(("dh", "dW"), gn, go) if x is not None))
 
 if __name__ == "__main__": main()

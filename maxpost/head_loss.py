@@ -61,10 +61,14 @@ def head_tiles(mesh, chunk_size: int) -> tuple[int, int]:
     over the devices, where a loop over blocks would gather the head onto each device."""
     return (FUSED_CHUNK, VOCAB_BLOCK) if dict(mesh.shape).get("tensor", 1) == 1 else (chunk_size, 0)
 
+def _block_rows(V: int, block: int) -> int:
+    "Vocabulary rows per block: `block`, at most V (0: one block of all V)."
+    return min(block, V) if block > 0 else V
+
 def _over_blocks(V: int, block: int, fn, carry):
-    """carry ← fn(lo, size, carry) for the vocabulary blocks [lo, lo + size) of `block` rows (0: one block of all V),
-    then the remainder."""
-    vb = min(block, V) if block > 0 else V
+    """carry ← fn(lo, size, carry) for the vocabulary blocks [lo, lo + size) of `_block_rows(V, block)` rows, then the
+    remainder."""
+    vb = _block_rows(V, block)
     nb, tail = V // vb, V % vb
     if nb == 1: carry = fn(0, vb, carry)           # static: a whole-array slice, kept sharded as it is
     else: carry = jax.lax.fori_loop(0, nb, lambda i, cr: fn(i * vb, vb, cr), carry)
@@ -91,7 +95,7 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
     mm = lambda s, a, b: jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
     tile = lambda hc, lo, size: _scaled(jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size),
                                                    preferred_element_type=jnp.float32), cap, temperature)
-    vb = min(block, V) if block > 0 else V
+    vb = _block_rows(V, block)                     # the kept logits' block size (trained head)
     def lse_pass(hc):
         def fn(lo, size, cr):
             m, s, sz, acc, zs = cr
