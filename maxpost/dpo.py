@@ -290,7 +290,7 @@ def train(cfg: DPOConfig) -> dict:
     if B < 1 or B % mesh.shape["fsdp"]:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives {B} pairs "
                           f"per batch, which must be a positive multiple of fsdp={mesh.shape['fsdp']}", key="per_device_batch_size")
-    mcfg, base, tok_dir = load_base(cfg)
+    mcfg, base, tok_dir = load_base(cfg, mesh)
     ref_params = load_reference(cfg, mcfg)
     train_pairs = load_pairs(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
     eval_pairs = None

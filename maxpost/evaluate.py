@@ -59,7 +59,7 @@ class EvalConfig(DistributedKeys):
     # it produces, the string kept (MaxText's include_stop_str_in_output)
     batch_size: int = Field(64, ge=1)         # sequences (problems × K) per engine call
     max_prefill_length: int = Field(2048, ge=1)  # longest prompt the engine accepts
-    dtype: Literal["float32", "bfloat16"] = "float32"  # compute and params
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # compute and params; auto: float32 on a CPU, else bfloat16
     fallback_last_number: bool = False        # when no tagged answer is found, take the last number in the text
     base_output_directory: str = ""
     run_name: str = ""
@@ -236,7 +236,9 @@ def main(argv=None):
                                   f"tokens (template={cfg.prompt_template}, few_shot={cfg.few_shot}); raise it, or use fewer "
                                   f"few-shot examples", key="max_prefill_length")
         import jax.numpy as jnp
-        dtype = jnp.float32 if cfg.dtype == "float32" else jnp.bfloat16
+        from maxpost.loop import backend_defaults
+        name = backend_defaults()["dtype"] if cfg.dtype == "auto" else cfg.dtype
+        dtype = jnp.float32 if name == "float32" else jnp.bfloat16
         extra = dict(max_batch=max(cfg.batch_size, cfg.num_eval_passes), max_prefill=cfg.max_prefill_length) \
             if cfg.rollout_engine == "native" else {}
         engine = make_engine(cfg.rollout_engine, cfg.load_parameters_path, tokenizer, dtype=dtype,

@@ -22,11 +22,21 @@ from .config import Config, ConfigError, alias, dump_config, output_dir, Finite,
 from .distributed import DistributedKeys, gather_json, is_main_process
 
 # %% auto #0
-__all__ = ['Dtype', 'Beta', 'ModelKeys', 'MeshKeys', 'RunKeys', 'OptimizerKeys', 'lr_schedule', 'make_optimizer',
-           'train_state_shardings', 'jit_sharded', 'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop']
+__all__ = ['BACKEND_DEFAULTS', 'Dtype', 'Beta', 'backend_defaults', 'ModelKeys', 'MeshKeys', 'RunKeys', 'OptimizerKeys',
+           'lr_schedule', 'make_optimizer', 'keep_state_dtypes', 'train_state_shardings', 'jit_sharded',
+           'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop']
+
+# %% ../nbs/04b_loop.ipynb #788906bf
+BACKEND_DEFAULTS = {"cpu": dict(dtype="float32", weight_dtype="float32", remat_policy="none"),
+                    "accelerator": dict(dtype="bfloat16", weight_dtype="bfloat16", remat_policy="full")}
+
+def backend_defaults(backend: str | None = None) -> dict:
+    "The values of the `auto` keys on `backend` ('cpu', 'tpu', 'gpu'…; default: JAX's default backend)."
+    backend = backend or jax.default_backend()
+    return dict(BACKEND_DEFAULTS["cpu" if backend == "cpu" else "accelerator"])
 
 # %% ../nbs/04b_loop.ipynb #1c73d5fa
-Dtype = Literal["float32", "bfloat16"]
+Dtype = Literal["auto", "float32", "bfloat16"]
 Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]     # an Adam moment decay, in [0, 1)
 
 class ModelKeys(Config):
@@ -35,10 +45,10 @@ class ModelKeys(Config):
     load_parameters_path: str = ""              # maxpost checkpoint, HF folder or MaxText …/0/items; empty: random init
     tokenizer_path: str = ""                    # default: the checkpoint's tokenizer
     init_weights_seed: int = 0                  # random init (no load_parameters_path) and LoRA's A
-    dtype: Dtype = "float32"                    # compute dtype (activations, matmul inputs)
-    weight_dtype: Dtype = "float32"             # stored dtype of the weights (master copy)
-    remat_policy: Literal["none", "full", "dots"] = "none"   # full: recompute each layer in the backward pass;
-    # dots: keep only the projections' outputs, recompute the rest (norms, rope, attention, activation)
+    dtype: Dtype = "auto"                       # compute dtype (activations, matmul inputs); auto: per backend
+    weight_dtype: Dtype = "auto"                # stored dtype of the weights (master copy) and of Adam's moments
+    remat_policy: Literal["auto", "none", "full", "dots"] = "auto"   # full: recompute each layer in the backward
+    # pass; dots: keep only the projections' outputs, recompute the rest (norms, rope, attention, activation)
     hf_access_token: str = Field("", exclude=True, repr=False)   # a Hugging Face token for hub downloads (set as
     # HF_TOKEN, unless already set); never written to config.yml
     key_aliases = (alias("model_name_or_path", ("load_parameters_path", "model_name"),
@@ -51,6 +61,11 @@ class ModelKeys(Config):
     def _token(cls, v):
         if v: os.environ.setdefault("HF_TOKEN", v)
         return v
+
+    def for_backend(self, backend: str | None = None):
+        "A copy with every `auto` key set to `BACKEND_DEFAULTS[backend]` (default: JAX's backend); concrete keys stay."
+        auto = {k: v for k, v in backend_defaults(backend).items() if getattr(self, k, None) == "auto"}
+        return self.model_copy(update=auto) if auto else self
 
 class MeshKeys(DistributedKeys):
     "The device mesh: data × fsdp × tensor (maxpost.sharding), across the processes of `DistributedKeys`."
@@ -144,7 +159,15 @@ def make_optimizer(learning_rate: float, steps: int, *, warmup_steps_fraction: f
         lambda path, _: not str(getattr(path[0], "key", "")).endswith("norm"), params)
     chain = [optax.clip_by_global_norm(clip)] if clip > 0 else []
     chain.append(optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay))
-    return optax.chain(*chain), sched
+    return keep_state_dtypes(optax.chain(*chain)), sched
+
+def keep_state_dtypes(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+    "`opt` whose updated state has the dtypes of the state it was given (bfloat16 moments stay bfloat16)."
+    def update(updates, state, params=None):
+        updates, new = opt.update(updates, state, params)
+        cast = lambda n, o: n.astype(o.dtype) if hasattr(n, "dtype") and hasattr(o, "dtype") and n.dtype != o.dtype else n
+        return updates, jax.tree.map(cast, new, state)
+    return optax.GradientTransformation(opt.init, update)
 
 # %% ../nbs/04b_loop.ipynb #95a44591
 def train_state_shardings(mesh, opt, abstract_params, param_shardings) -> dict:

@@ -23,7 +23,7 @@ from .sharding import named_sharding, tree_shardings
 
 # %% auto #0
 __all__ = ['LORA_IN_AXES', 'lora_targets', 'LoRAKeys', 'lora_shapes', 'lora_axes', 'init_lora', 'lora_terms', 'merge_lora',
-           'TrainerWeights', 'trainer_weights']
+           'TrainerWeights', 'place_weight', 'trainer_weights']
 
 # %% ../nbs/05a_lora.ipynb #828f8fd4
 LORA_IN_AXES = {"wq": 1, "wk": 1, "wv": 1, "wo": 2, "w_gate": 1, "w_up": 1, "w_down": 1}  # contracted axes after 'layers'
@@ -108,6 +108,13 @@ class TrainerWeights:
     param_sh: dict               # shardings of the trained params: LoRA factors, or `base_sh`
     abs_params: Any              # ShapeDtypeStructs of the trained params
 
+def place_weight(x, dtype, sharding):
+    """`x` in `dtype` on `sharding`: a host (numpy) array is cast on the host and sent; a jax array is cast and moved
+    on the devices; a `jax.ShapeDtypeStruct` (an abstract weight, `maxpost.aot`) stays abstract."""
+    if isinstance(x, jax.ShapeDtypeStruct): return jax.ShapeDtypeStruct(x.shape, jnp.dtype(dtype), sharding=sharding)
+    if isinstance(x, jax.Array): return jax.device_put(x.astype(dtype), sharding)
+    return jax.device_put(np.asarray(x).astype(np.dtype(dtype)), sharding)
+
 def trainer_weights(cfg, mcfg: ModelConfig, base_params: dict, mesh, dtype, param_dtype,
                     matmul_dtype=None) -> TrainerWeights:
     "Graph, placed base weights and trained-param shardings for `cfg`'s ModelKeys + LoRAKeys on `mesh`."
@@ -118,7 +125,7 @@ def trainer_weights(cfg, mcfg: ModelConfig, base_params: dict, mesh, dtype, para
     missing = set(shapes) - set(base_params)
     if missing: raise ValueError(f"base params lack {sorted(missing)}")
     base_sh = tree_shardings(mesh, PARAM_AXES, shapes)
-    base = {k: jax.device_put(np.asarray(base_params[k]).astype(np.dtype(param_dtype)), base_sh[k]) for k in shapes}
+    base = {k: place_weight(base_params[k], param_dtype, base_sh[k]) for k in shapes}
     if not cfg.use_lora:
         return TrainerWeights(graphdef, base, base_sh, [], base_sh,
                               jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base))

@@ -33,7 +33,8 @@ from .sharding import tree_shardings, batch_sharding, named_sharding, process_ro
 
 # %% auto #0
 __all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'cpu_has_bf16', 'SFTTrainer',
-           'synthetic_examples', 'load_examples', 'random_params', 'load_base', 'ratio_ci', 'train']
+           'synthetic_examples', 'load_examples', 'init_std', 'random_params', 'device_params', 'load_base', 'ratio_ci',
+           'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
@@ -95,7 +96,8 @@ class SFTTrainer:
     "The jitted SFT step and eval for one model, config and mesh; state is a pytree {step, params, opt_state, rng}."
     def __init__(self, cfg: SFTConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: the run's config; mcfg: the model's shapes; base_params: name → array (numpy or jax), maxpost layout
-        self.cfg, self.mcfg = cfg, mcfg
+        self.cfg = cfg = cfg.for_backend()              # `auto` dtypes and remat for this backend (maxpost.loop)
+        self.mcfg = mcfg
         self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
         if cfg.bf16_matmuls and jax.default_backend() == "cpu" and not cpu_has_bf16():
@@ -269,26 +271,46 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
     return ex
 
 # %% ../nbs/05_sft.ipynb #7cbe3fdb
+def init_std(name: str, shape: tuple) -> float | None:
+    "The Decoder's init scale of weight `name`: N(0, 1/fan_in); None for a norm scale (its neutral value)."
+    axes = PARAM_AXES[name]
+    if axes[-1] in ("norm", "head_dim") and len(shape) <= 2: return None
+    return float((shape[-3] * shape[-2] if "q_heads" in axes[:2] else shape[-2]) ** -0.5)
+
 def random_params(mcfg: ModelConfig, seed: int = 0) -> dict:
     "A random init of `mcfg` (numpy, float32) with the Decoder's scales: N(0, 1/fan_in) weights, neutral norms."
     # drawn with numpy: XLA takes seconds on a CPU to compile even a tiny model's random-init program
     rng, out = np.random.default_rng(seed), {}
     for k, shape in param_shapes(mcfg).items():
-        axes = PARAM_AXES[k]
-        if axes[-1] in ("norm", "head_dim") and len(shape) <= 2:
-            out[k] = np.full(shape, 0.0 if mcfg.norm_plus_one else 1.0, np.float32); continue
-        fan_in = shape[-3] * shape[-2] if "q_heads" in axes[:2] else shape[-2]
-        out[k] = (rng.standard_normal(shape, np.float32) * fan_in ** -0.5).astype(np.float32)
+        std = init_std(k, shape)
+        if std is None: out[k] = np.full(shape, 0.0 if mcfg.norm_plus_one else 1.0, np.float32); continue
+        out[k] = (rng.standard_normal(shape, np.float32) * std).astype(np.float32)
     return out
 
-def load_base(cfg: SFTConfig) -> tuple[ModelConfig, dict, Path | None]:
-    "(model config, base params as numpy, tokenizer folder or None) of `load_parameters_path`, or a random init."
+def device_params(mcfg: ModelConfig, seed: int, mesh, dtype) -> dict:
+    """A random init of `mcfg` with `random_params`' scales, drawn by the devices of `mesh` straight into each
+    weight's sharding, in `dtype`: no host copy (another random stream than numpy's)."""
+    shapes = param_shapes(mcfg)
+    def draw(key):
+        out = {}
+        for i, (k, shape) in enumerate(shapes.items()):
+            std = init_std(k, shape)
+            out[k] = (jnp.full(shape, 0.0 if mcfg.norm_plus_one else 1.0, dtype) if std is None else
+                      (jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32) * std).astype(dtype))
+        return out
+    return jax.jit(draw, out_shardings=tree_shardings(mesh, PARAM_AXES, shapes))(jax.random.key(seed))
+
+def load_base(cfg: SFTConfig, mesh=None) -> tuple[ModelConfig, dict, Path | None]:
+    """(model config, base params, tokenizer folder or None) of `load_parameters_path`, or a random init: numpy on a
+    CPU (or without `mesh`), else drawn on `mesh`'s accelerators in `weight_dtype` (`device_params`)."""
     from maxpost.checkpoint import CheckpointError, check_against_preset, hf_to_params, load_checkpoint
     from maxpost.convert.maxtext import load_maxtext, maxtext_items
     path = cfg.load_parameters_path
     tok = Path(cfg.tokenizer_path) if cfg.tokenizer_path else None
     if not path:
         mcfg = model_config(cfg.model_name)
+        if mesh is not None and mesh.devices.flat[0].platform != "cpu":
+            return mcfg, device_params(mcfg, cfg.init_weights_seed, mesh, DTYPES[cfg.for_backend().weight_dtype]), tok
         return mcfg, random_params(mcfg, cfg.init_weights_seed), tok
     p = Path(path)
     if (p / "config.json").exists() and not (p / "maxpost.json").exists():
@@ -318,6 +340,7 @@ def train(cfg: SFTConfig) -> dict:
     from maxpost.data import SFTDataIterator
     output_dir(cfg.base_output_directory, cfg.run_name)          # fails early without base_output_directory
     initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
+    cfg = cfg.for_backend()                                      # `auto` keys for this backend (maxpost.loop)
     mesh = cfg.mesh()
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -325,7 +348,7 @@ def train(cfg: SFTConfig) -> dict:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
                           f"batch of {B} rows, which must be a positive multiple of data × fsdp={dp}",
                           key="per_device_batch_size")
-    mcfg, base, tok_dir = load_base(cfg)
+    mcfg, base, tok_dir = load_base(cfg, mesh)
     train_ex = load_examples(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
     eval_ex = None
     if cfg.eval_interval > 0 and cfg.eval_steps != 0:

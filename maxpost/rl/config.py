@@ -221,7 +221,7 @@ def reward_weights(cfg: RLConfig, n: int) -> list[float]:
 def importance_sampling(cfg: RLConfig) -> str | None:
     "The run's rollout-correction mode (`importance_sampling_mode` with `auto` resolved), None when off."
     m = cfg.importance_sampling_mode
-    if m == "auto": m = ("token_truncate" if cfg.rollout_engine == "vllm" or cfg.dtype != "float32"
+    if m == "auto": m = ("token_truncate" if cfg.rollout_engine == "vllm" or cfg.for_backend().dtype != "float32"
                          or cfg.rollout_mode == "one_step_off" else "off")
     return None if m == "off" else m
 

@@ -57,7 +57,8 @@ class RLTrainer:
     "Jitted log-prob and update programs for one model, config and mesh."
     def __init__(self, cfg: RLConfig, lc: LossConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: run config; lc: resolved loss config; mcfg: model shapes; base_params: name → array (maxpost layout)
-        self.cfg, self.lc, self.mcfg = cfg, lc, mcfg
+        self.cfg = cfg = cfg.for_backend()              # `auto` dtypes and remat for this backend (maxpost.loop)
+        self.lc, self.mcfg = lc, mcfg
         self.mesh = mesh if mesh is not None else cfg.mesh()
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
         w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype)
@@ -67,7 +68,8 @@ class RLTrainer:
         if cfg.use_lora: self.frozen, self.frozen_sh, self._base = base, w.base_sh, None   # reference: base, lora=None
         else: self.frozen, self.frozen_sh, self._base = {}, {}, base
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
-        self.ref = (base if cfg.use_lora else jax.tree.map(jnp.copy, base)) if self.use_ref else None
+        copy = lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jnp.copy(x)      # abstract: maxpost.aot
+        self.ref = (base if cfg.use_lora else jax.tree.map(copy, base)) if self.use_ref else None
         n_updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
         self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
         self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
@@ -309,11 +311,11 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     return state, out, samples
 
 # %% ../../nbs/10c_rl_trainer.ipynb #50ec98e7
-def load_policy_base(cfg: RLConfig):
-    "(model config, base params as numpy, tokenizer) of the run; a checkpoint of another model raises."
+def load_policy_base(cfg: RLConfig, mesh=None):
+    "(model config, base params, tokenizer) of the run (`maxpost.sft.load_base`); a checkpoint of another model raises."
     from maxpost.sft import load_base
     from maxpost.engine import load_tokenizer
-    mcfg, params, tok_dir = load_base(cfg)
+    mcfg, params, tok_dir = load_base(cfg, mesh)
     if cfg.dataset_type == "synthetic":
         from maxpost.testing import DigitTokenizer
         tok = DigitTokenizer()
@@ -382,17 +384,19 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     # extra_rewards: reward functions `fn(prompts, completions, **columns) -> list[float]` defined in Python (a
     # notebook), used after those `cfg` names; `reward_weights`, when set, has one weight for each of them all
     initialize(cfg)                             # joins a multi-process run (maxpost.distributed)
+    cfg = cfg.for_backend()                     # `auto` dtypes and remat for this backend (maxpost.loop)
     lc = check_config(cfg)
     fns, weights = load_rewards(cfg, extra_rewards)
     check_dataset(cfg)
-    mcfg, base, tok, tok_dir = load_policy_base(cfg)
+    mesh = cfg.mesh()
+    mcfg, base, tok, tok_dir = load_policy_base(cfg, mesh)
     train_rows, skipped = load_prompts(cfg, tok, cfg.train_split, None if cfg.num_train_rows < 0 else cfg.num_train_rows)
     eval_rows = []
     if cfg.eval_before_after:
         eval_rows, _ = load_prompts(cfg, tok, cfg.eval_split, cfg.num_eval_prompts)
     if len(train_rows) < cfg.batch_size:
         raise ConfigError(f"{len(train_rows)} training prompts for batch_size={cfg.batch_size}")
-    trainer = RLTrainer(cfg, lc, mcfg, base)
+    trainer = RLTrainer(cfg, lc, mcfg, base, mesh)
     del base
     stream = PromptStream(train_rows, cfg.data_shuffle_seed)
     off = OneStepOff(stream) if cfg.rollout_mode == "one_step_off" else None
