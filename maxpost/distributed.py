@@ -7,8 +7,8 @@ Docs: https://maxpost.github.io/maxpost/distributed.html.md"""
 
 # %% ../nbs/12a_distributed.ipynb #1a772cb2
 from __future__ import annotations
-import json, os, socket, sys, time
-from typing import Annotated
+import json, os, socket, sys, threading, time, urllib.request
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import jax
@@ -17,9 +17,10 @@ from pydantic import Field, model_validator
 from .config import Config, ConfigError, PosInt
 
 # %% auto #0
-__all__ = ['ENV_KEYS', 'DistributedError', 'DistributedKeys', 'resolve', 'wait_for_coordinator', 'initialize', 'process_index',
-           'process_count', 'is_main_process', 'barrier', 'process_allgather', 'gather_host', 'sum_over_processes',
-           'local_rows', 'gather_json', 'all_same', 'main_print']
+__all__ = ['ENV_KEYS', 'PROBE_TIMEOUT', 'DistributedError', 'DistributedKeys', 'resolve', 'wait_for_coordinator', 'Cluster',
+           'cluster_processes', 'initialize', 'process_index', 'process_count', 'is_main_process', 'barrier',
+           'process_allgather', 'gather_host', 'sum_over_processes', 'local_rows', 'gather_json', 'all_same',
+           'main_print']
 
 # %% ../nbs/12a_distributed.ipynb #660cf68c
 ENV_KEYS = {"coordinator_address": "MAXPOST_COORDINATOR_ADDRESS", "num_processes": "MAXPOST_NUM_PROCESSES",
@@ -43,13 +44,6 @@ class DistributedKeys(Config):
         return self
 
 # %% ../nbs/12a_distributed.ipynb #2d847de3
-def _cluster_detected() -> bool:
-    "Whether JAX's own cluster detection (TPU pod, GKE, SLURM, MPI, Kubernetes) sees a multi-process environment."
-    try:
-        from jax._src import clusters
-        return any(c.is_env_present() for c in clusters.ClusterEnv._cluster_types)
-    except Exception: return False          # a JAX without this registry: no auto-detection
-
 def resolve(cfg: DistributedKeys | None = None, env: dict | None = None) -> dict:
     "The coordinator address, process count and index from `cfg` and the launch's variables; an error when they disagree."
     env = os.environ if env is None else env
@@ -59,7 +53,10 @@ def resolve(cfg: DistributedKeys | None = None, env: dict | None = None) -> dict
         unset = DistributedKeys.model_fields[key].default
         launched = env.get(var)
         if launched is not None and launched != "":
-            launched = launched if key == "coordinator_address" else int(launched)
+            if key != "coordinator_address":
+                try: launched = int(launched)
+                except ValueError:
+                    raise ConfigError(f"{var}={launched!r} (for {key}) is not a whole number", key=key) from None
             if mine != unset and mine != launched:
                 what = {"num_processes": f"the launch started {launched} processes",
                         "process_id": f"the launch made this process {launched}",
@@ -88,6 +85,118 @@ def wait_for_coordinator(address: str, timeout: float, who: str = "this process"
     raise DistributedError(f"{who} could not reach the coordinator at {address} within initialization_timeout="
                            f"{timeout:g} s (is process 0 running there, and is the port open?): {err}")
 
+# %% ../nbs/12a_distributed.ipynb #c3e1f0a2
+PROBE_TIMEOUT = 2.0        # seconds for the one metadata-server or Kubernetes-API read that some clusters need
+
+class Cluster(NamedTuple):
+    "The cluster that `jax.distributed.initialize()` would use, how many processes it runs, and what that was read from."
+    name: str              # JAX's name for it: ompi, slurm, gketpu, gcetpu, k8s, …
+    processes: int
+    evidence: str          # what was read, for messages
+    guessed: bool = False  # the count could not be read in time and is taken as 1
+
+def _whole(env, var: str, default: int = 1) -> int:
+    v = env.get(var)
+    if v is None or not str(v).strip(): return default
+    try: return int(v)
+    except ValueError: raise DistributedError(f"{var}={v!r} in the environment is not a whole number") from None
+
+def _within(fn, timeout: float):
+    "fn()'s value when it returns within `timeout` s; else its exception, or a TimeoutError (fn runs on in a daemon thread)."
+    box = {}
+    def run():
+        try: box["value"] = fn()
+        except Exception as e: box["error"] = e
+    t = threading.Thread(target=run, daemon=True); t.start(); t.join(timeout)
+    if "value" in box: return box["value"]
+    raise box.get("error") or TimeoutError(f"no answer within {timeout:g} s")
+
+def _metadata(key: str, env, timeout: float) -> str:
+    "The TPU VM's metadata attribute `key`, where JAX reads it (`GCE_METADATA_IP` too), in one try without a proxy."
+    host = env.get("GCE_METADATA_IP", "metadata.google.internal")
+    req = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/attributes/{key}",
+                                 headers={"Metadata-Flavor": "Google"})
+    def get():
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout) as r:
+            return r.read().decode()
+    return _within(get, timeout)
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+def _ompi(cls, env, tpu_vm, timeout):
+    if "OMPI_MCA_orte_hnp_uri" not in env: return None
+    return Cluster(cls.name, _whole(env, "OMPI_COMM_WORLD_SIZE"), f"OMPI_COMM_WORLD_SIZE={env.get('OMPI_COMM_WORLD_SIZE')}")
+
+def _slurm(cls, env, tpu_vm, timeout):
+    if not all(v in env for v in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")):
+        return None
+    return Cluster(cls.name, _whole(env, "SLURM_NTASKS"), f"SLURM_NTASKS={env['SLURM_NTASKS']}")
+
+def _gke_tpu(cls, env, tpu_vm, timeout):
+    var = next((v for v in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES") if v in env), None)
+    if not tpu_vm or var is None: return None
+    hosts, slices = len(env[var].split(",")), _whole(env, "MEGASCALE_NUM_SLICES")
+    return Cluster(cls.name, hosts * slices, f"{var}={env[var]!r}, MEGASCALE_NUM_SLICES="
+                                             f"{env.get('MEGASCALE_NUM_SLICES', 'unset')}: {hosts} × {slices}")
+
+def _gce_tpu(cls, env, tpu_vm, timeout):
+    if not tpu_vm or env.get("TPU_SKIP_MDS_QUERY") is not None: return None
+    try: hosts = len(_metadata("worker-network-endpoints", env, timeout).split(","))
+    except Exception as e:
+        return Cluster(cls.name, 1, f"this TPU VM's environment names no workers and its metadata server did not answer "
+                                    f"within {timeout:g} s ({_first_line(e)}): running as one host", guessed=True)
+    slices = env.get("MEGASCALE_NUM_SLICES")
+    if slices is None:
+        try:
+            rows = (l.split(":", 1) for l in _metadata("tpu-env", env, timeout).splitlines() if ":" in l)
+            slices = next((v.strip().strip("'") for k, v in rows if k.strip() == "MEGASCALE_NUM_SLICES"), None)
+        except Exception: pass
+    n = _whole({"MEGASCALE_NUM_SLICES": slices}, "MEGASCALE_NUM_SLICES")
+    return Cluster(cls.name, hosts * n, f"the metadata server lists {hosts} TPU worker{'s' * (hosts > 1)} × {n} slice(s)")
+
+def _k8s(cls, env, tpu_vm, timeout):
+    import importlib.util
+    if "KUBERNETES_SERVICE_HOST" not in env or importlib.util.find_spec("kubernetes") is None: return None
+    if "JOB_COMPLETION_INDEX" not in env:
+        return Cluster(cls.name or "k8s", 1, "a Kubernetes pod outside an Indexed Job (no JOB_COMPLETION_INDEX)")
+    return _ask_jax(cls, env, tpu_vm, timeout, what="its Job's parallelism")
+
+def _ask_jax(cls, env, tpu_vm, timeout, what: str = "its process count"):
+    "A cluster maxpost has no rule for (or Kubernetes): JAX's own `is_env_present` and `get_process_count`, in time."
+    try: n = _within(lambda: cls.is_env_present() and int(cls.get_process_count()), timeout)
+    except Exception as e:
+        return Cluster(cls.name or cls.__name__, 1, f"JAX's {cls.__name__} could not read {what} within {timeout:g} s "
+                                                    f"({_first_line(e)}): running as one process", guessed=True)
+    return Cluster(cls.name or cls.__name__, n, f"JAX's {cls.__name__} reads {what}: {n}") if n else None
+
+_COUNTS = {"OmpiCluster": _ompi, "SlurmCluster": _slurm, "GkeTpuCluster": _gke_tpu, "GceTpuCluster": _gce_tpu,
+           "K8sCluster": _k8s, "BaseTpuCluster": lambda *a: None}
+
+def _tpu_vm() -> bool:
+    "JAX's own verdict: libtpu is installed and a TPU chip is on the PCI bus (or JAX_FORCE_TPU_INIT is set)."
+    try:
+        from jax._src.clusters import cloud_tpu_cluster
+        return bool(cloud_tpu_cluster.running_in_cloud_tpu_vm)
+    except Exception:
+        try:
+            from jax._src import cloud_tpu_init
+            return bool(cloud_tpu_init.running_in_cloud_tpu_vm)
+        except Exception: return False
+
+def cluster_processes(env: dict | None = None, tpu_vm: bool | None = None, timeout: float = PROBE_TIMEOUT) -> Cluster | None:
+    "The first cluster, in JAX's order, that this process runs in and its number of processes; None when there is none."
+    env = os.environ if env is None else env
+    tpu_vm = _tpu_vm() if tpu_vm is None else tpu_vm
+    try:
+        from jax._src import clusters
+        kinds = [c for c in clusters.ClusterEnv._cluster_types if not getattr(c, "opt_in_only_method", False)]
+    except Exception: return None          # a JAX without this registry: no auto-detection
+    for c in kinds:
+        found = _COUNTS.get(c.__name__, _ask_jax)(c, env, tpu_vm, timeout)
+        if found is not None: return found
+    return None
+
 # %% ../nbs/12a_distributed.ipynb #94f1cab1
 def initialize(cfg: DistributedKeys | None = None) -> bool:
     "Join the multi-process run that `cfg`, the launch or the cluster describes; False when this is a single process."
@@ -96,32 +205,43 @@ def initialize(cfg: DistributedKeys | None = None) -> bool:
     addr, n, pid = r["coordinator_address"], r["num_processes"], r["process_id"]
     timeout = cfg.initialization_timeout if cfg is not None else 300
     if n == 1: return False                            # one process (e.g. a 1-process launch): nothing to join
-    explicit = bool(addr) or n > 1
-    if not explicit and not _cluster_detected():
-        if n > 1: raise ConfigError(f"num_processes={n} needs coordinator_address (or a launch / cluster that sets it)",
-                                    key="coordinator_address")
-        return False
-    if explicit and (not addr or not n or pid < 0):
-        missing = [k for k, v in (("coordinator_address", addr), ("num_processes", n), ("process_id", pid >= 0)) if not v]
-        raise ConfigError(f"a multi-process run needs all of coordinator_address, num_processes, process_id; "
-                          f"missing {', '.join(missing)}", key=missing[0])
-    if explicit and pid > 0: wait_for_coordinator(addr, timeout, f"process {pid} of {n}")
-    if explicit and pid == 0:
-        print(f"process 0 of {n}: coordinator at {addr}, waiting up to {timeout} s for every process to join",
-              file=sys.stderr)
+    cluster = None
+    if addr:                                           # the keys or the launch say where: all three are needed
+        missing = [k for k, v in (("num_processes", n), ("process_id", pid >= 0)) if not v]
+        if missing:
+            raise ConfigError(f"a multi-process run needs all of coordinator_address, num_processes, process_id; "
+                              f"missing {', '.join(missing)}", key=missing[0])
+        if pid > 0: wait_for_coordinator(addr, timeout, f"process {pid} of {n}")
+        else: print(f"process 0 of {n}: coordinator at {addr}, waiting up to {timeout} s for every process to join",
+                    file=sys.stderr)
+    else:                                              # the cluster's evidence (above) decides
+        cluster = cluster_processes()
+        if cluster is None or cluster.processes <= 1:
+            if cluster is not None and cluster.guessed: print(f"note: {cluster.evidence}", file=sys.stderr)
+            if n > 1: raise ConfigError(f"num_processes={n} needs coordinator_address (or a launch / cluster that sets it)",
+                                        key="coordinator_address")
+            if pid > 0: raise ConfigError(f"process_id={pid} needs coordinator_address and num_processes (or a launch / "
+                                          f"cluster that sets them)", key="process_id")
+            return False
+        if n and n != cluster.processes:
+            raise ConfigError(f"num_processes={n} but the {cluster.name} cluster runs {cluster.processes} processes "
+                              f"({cluster.evidence})", key="num_processes")
+        print(f"{cluster.name} cluster of {cluster.processes} processes ({cluster.evidence}): joining through "
+              f"jax.distributed.initialize()", file=sys.stderr)
     if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU collectives across processes
     try:
-        if explicit: jax.distributed.initialize(addr, n, pid, initialization_timeout=timeout)
+        if addr: jax.distributed.initialize(addr, n, pid, initialization_timeout=timeout)
         else: jax.distributed.initialize(initialization_timeout=timeout)
     except Exception as e:
-        where = f"the coordinator at {addr}" if addr else "the coordinator that JAX detected from the cluster"
-        who = f"process {pid} of {n}" if explicit else "this process"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        where = f"the coordinator at {addr}" if addr else f"the coordinator that JAX detected from the {cluster.name} cluster"
+        who = f"process {pid} of {n}" if addr else "this process"
         raise DistributedError(f"{who} could not join {where} within initialization_timeout={timeout} s "
-                               f"(is process 0 running, and is the address reachable?): {first}") from e
+                               f"(is process 0 running, and is the address reachable?): {_first_line(e)}") from e
     if n and jax.process_count() != n:
         raise ConfigError(f"num_processes={n} but {jax.process_count()} processes joined", key="num_processes")
+    if pid >= 0 and jax.process_index() != pid:
+        raise ConfigError(f"process_id={pid} but the cluster made this process {jax.process_index()}", key="process_id")
     return jax.process_count() > 1
 
 # %% ../nbs/12a_distributed.ipynb #7e9017d7

@@ -1,6 +1,7 @@
 """SFT and RL on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
 4 CPU devices train exactly like 1 process × 8 devices, and GRPO on 2 × 2 like 1 × 4 (also with rollout_mode=one_step_off); a run whose process 1 is SIGKILLed resumes with the same
-launch and logs the uninterrupted run's losses; bad multi-process input ends with one error line."""
+launch and logs the uninterrupted run's losses; bad multi-process input ends with one error line; a single TPU host (its
+environment as JAX sees it on a one-chip v5e container, no metadata server) trains as one process."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
@@ -254,3 +255,27 @@ def test_rl_one_step_off_two_processes_like_one(tmp_path):
         k = "sampling/sampling_logp_difference/mean"
         assert abs(a[k] - b[k]) <= max(1e-4 * abs(a[k]), 1e-6), (a["step"], k, a[k], b[k])
     assert any(m["reward_std"] > 0 for m in one_m) and all(abs(m["pg_loss"]) > 1e-4 for m in one_m)   # not vacuous
+
+def _one_tpu_host_env(tmp: Path) -> dict:
+    """The environment of a one-chip TPU v5e container as JAX's cluster detection sees it, on this CPU: JAX_FORCE_TPU_INIT
+    makes JAX take the machine for a Cloud TPU VM, TPU_WORKER_HOSTNAMES=localhost makes its GKE TPU cluster "present",
+    and the metadata server's address is a closed local port, so that any query of it fails at once."""
+    from maxpost.launch import free_port
+    return _env(tmp) | {"JAX_FORCE_TPU_INIT": "1", "JAX_PLATFORMS": "cpu", "TPU_WORKER_HOSTNAMES": "localhost",
+                        "TPU_WORKER_ID": "0", "TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "v5litepod-4",
+                        "GCE_METADATA_IP": f"127.0.0.1:{free_port()}"}
+
+def test_single_tpu_host_trains(tmp_path):
+    """On one TPU host JAX's detection says "GKE TPU cluster" (checked first, so the test is not vacuous), and an earlier
+    maxpost called jax.distributed.initialize(), which stopped every command in seconds on the metadata query. SFT now
+    runs its 2 steps as one process, with no error or note."""
+    env = _one_tpu_host_env(tmp_path)
+    probe = "from jax._src.clusters import GkeTpuCluster as G; print(G.is_env_present())"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                          timeout=120).stdout.split()[-1:] == ["True"]
+    r = _check(subprocess.run(_sft("model_name=tiny-gemma3", "steps=2", "enable_tqdm=false", "eval_interval=0",
+                                   f"base_output_directory={tmp_path}", "run_name=tpu1"),
+                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=300))
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["stopped"] == "steps", summary
+    assert "error:" not in r.stderr and "note:" not in r.stderr and "cluster" not in r.stderr, r.stderr[-3000:]
