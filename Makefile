@@ -11,12 +11,14 @@ STAMP   := $(VENV)/.maxpost-setup
 
 .PHONY: setup setup-vllm models demo lab test sync-check docs docs-deps system-deps clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-aot.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	# torch 2.13.0 CPU is pinned first: an unpinned torch would pull a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	# libtpu beside the environment, not in it (requirements-aot.txt says why): python -m maxpost.aot's TPU compiler
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/libtpu -r requirements-aot.txt
 	touch $@
 
 setup: $(STAMP)
