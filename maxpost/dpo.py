@@ -22,6 +22,7 @@ from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_li
 from .loop import RunLoop, jit_sharded
 from .model import PARAM_AXES, param_shapes
 from .sharding import tree_shardings
+from .distributed import initialize, is_main_process
 from .head_loss import frozen_head_nll, head_weight, token_nll
 from .sft import SFTConfig, SFTTrainer, load_base
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
@@ -107,7 +108,9 @@ class DPOTrainer(SFTTrainer):
                                  (self.state_sh, None), donate_argnums=(0,))
         two = {k: self.batch2_sh for k in self.pair_batch_sh if k != "ref_logps"}
         self._policy = jit_sharded(self._seq_logps, self.mesh, (self.param_sh, self.frozen_sh, two), None)
-        self._plain = jit_sharded(self._plain_logps, self.mesh, (None, two), None)
+        # the reference's full weights lie like the base weights (starting params, frozen base or reference_model_path)
+        self.ref_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(mcfg))
+        self._plain = jit_sharded(self._plain_logps, self.mesh, (self.ref_sh, two), None)
 
     def _logps_of(self, model, lora, b, head_frozen: bool):
         """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
@@ -285,6 +288,7 @@ def train(cfg: DPOConfig) -> dict:
     "Run (or resume) preference tuning as `cfg` says on `maxpost.loop.RunLoop`; returns a summary."
     from tqdm.auto import tqdm
     output_dir(cfg.base_output_directory, cfg.run_name)
+    initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
     mesh = cfg.mesh()
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     if B < 1 or B % mesh.shape["fsdp"]:
@@ -303,7 +307,7 @@ def train(cfg: DPOConfig) -> dict:
     state0 = trainer.init_state()
     if ref_params is not None:
         ref_params = {k: jax.device_put(np.asarray(v).astype(np.dtype(trainer.wdtype)), s)
-                      for k, s in tree_shardings(mesh, PARAM_AXES, param_shapes(mcfg)).items() for v in [ref_params[k]]}
+                      for k, s in trainer.ref_sh.items() for v in [ref_params[k]]}
     ref_train = trainer.reference_logps(train_pairs, B, ref_params, state0)
     ref_eval = trainer.reference_logps(eval_pairs, B, ref_params, state0) if eval_pairs else None
     del ref_params
@@ -327,8 +331,11 @@ def train(cfg: DPOConfig) -> dict:
     model_dir = None
     if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
         from maxpost.checkpoint import save_checkpoint
-        model_dir = save_checkpoint(run.run_dir / "model", trainer.merged_params(run.state), mcfg,
-                                    model_name=cfg.model_name or None, tokenizer_dir=tok_dir, overwrite=True)
+        merged = trainer.merged_params(run.state)                # every process takes part in the gather
+        model_dir = run.run_dir / "model"
+        if is_main_process():                                    # process 0 alone writes the export
+            model_dir = save_checkpoint(model_dir, merged, mcfg, model_name=cfg.model_name or None,
+                                        tokenizer_dir=tok_dir, overwrite=True)
     last, first = summary["last"], summary["eval_initial"] or {}
     acc = lambda d: ([d["eval_preference_accuracy"], d["eval_preference_accuracy_lo"], d["eval_preference_accuracy_hi"]]
                      if "eval_preference_accuracy" in d else None)
