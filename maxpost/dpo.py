@@ -289,6 +289,7 @@ def train(cfg: DPOConfig) -> dict:
     from tqdm.auto import tqdm
     output_dir(cfg.base_output_directory, cfg.run_name)
     initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
+    cfg = cfg.for_backend()                                      # `auto` dtypes and remat for this backend (maxpost.loop)
     mesh = cfg.mesh()
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     if B < 1 or B % mesh.shape["fsdp"]:
