@@ -47,14 +47,14 @@ def synthetic(B: int, T: int, vocab: int, seed: int = 0) -> dict:
             "segment_ids": np.ones((B, T), np.int32), "loss_mask": mask}
 
 
-def run_case(name: str, model: str, seq: int, steps: int) -> dict:
+def run_case(name: str, model: str, seq: int, steps: int, with_aot: bool = False) -> dict:
     import jax, numpy as np
     from maxpost import aot
     mode, args = CASES[name]
     argv = [f"model_name={model}", *args, *([f"max_target_length={seq}"] if mode != "train_rl" else [])]
     rec = {"case": name, "model": model, "argv": argv, "device": str(jax.devices()[0].device_kind),
            "backend": jax.default_backend()}
-    if jax.default_backend() == "tpu":
+    if with_aot and jax.default_backend() == "tpu":      # the same compile again: costs a minute a case
         kind = jax.devices()[0].device_kind
         topo = {"TPU v5 lite": "v5e-1", "TPU v6 lite": "v6e-1"}.get(kind)
         if topo:
@@ -149,13 +149,18 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--aot", action="store_true", help="also run maxpost.aot's check for this chip in each case")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per case")
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print("FIT " + json.dumps(run_case(a.one, a.model, a.seq, a.steps)), flush=True); return
+        print("FIT " + json.dumps(run_case(a.one, a.model, a.seq, a.steps, a.aot)), flush=True); return
     for name in a.cases.split(","):
-        r = subprocess.run([sys.executable, __file__, "--one", name, "--model", a.model, "--seq", str(a.seq),
-                            "--steps", str(a.steps)], capture_output=True, text=True)
+        cmd = [sys.executable, __file__, "--one", name, "--model", a.model, "--seq", str(a.seq), "--steps", str(a.steps)]
+        try: r = subprocess.run(cmd + (["--aot"] if a.aot else []), capture_output=True, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            print("FIT " + json.dumps({"case": name, "ok": False, "error": f"timed out after {a.timeout:g} s"}), flush=True)
+            continue
         lines = [l for l in r.stdout.splitlines() if l.startswith("FIT ")]
         print(lines[-1] if lines else "FIT " + json.dumps({"case": name, "ok": False, "rc": r.returncode,
                                                             "stderr": r.stderr[-1500:]}), flush=True)
