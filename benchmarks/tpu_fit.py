@@ -102,10 +102,11 @@ def run_case(name: str, model: str, seq: int, steps: int, with_aot: bool = False
             T = cfg.max_prefill_predict_length + cfg.max_completion_length
             b = synthetic(R, T, mcfg.vocab_size)
             mb = {k: b[k] for k in ("inputs", "targets", "positions", "segment_ids")}
-            mb |= {"completion_mask": b["loss_mask"], "engine_logps": np.zeros((R, T), np.float32),
-                   "advantages": np.random.default_rng(1).standard_normal(R).astype(np.float32)}
-            if tr.recompute_old: mb["old_logps"] = np.zeros((R, T), np.float32)
-            if tr.use_ref: mb["ref_logps"] = np.zeros((R, T), np.float32)
+            uniform = np.full((R, T), -np.log(mcfg.vocab_size), np.float32)   # a random model's log-probs, about
+            mb |= {"completion_mask": b["loss_mask"], "engine_logps": uniform,     # (zeros would make KL and the
+                   "advantages": np.random.default_rng(1).standard_normal(R).astype(np.float32)}   # ratios explode)
+            if tr.recompute_old: mb["old_logps"] = uniform
+            if tr.use_ref: mb["ref_logps"] = uniform
             eng = make_engine("native", empty_decoder(mcfg, tr.dtype, tr.wdtype), None, max_batch=R, max_len=T,
                               max_prefill=cfg.max_prefill_predict_length, stop_token_ids=())
             eng.sync_weights(tr.host_engine_params(state))
