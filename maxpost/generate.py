@@ -59,7 +59,9 @@ def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
     rem = t - (take(cb, blk) - take(bs, blk))                            # target within the block
     pb = jnp.take_along_axis(p, blk[:, None, None], axis=1)[:, 0]        # [B, block]
     j = jnp.minimum(jnp.sum(jnp.cumsum(pb, axis=-1) <= rem[:, None], axis=-1), block - 1)
-    ok = take(pb, j) > 0                                                 # false only after rounding at the very end
+    # u near 1: rounding (sum against cumsum) may carry j past the block's last token with mass; take that token
+    j = jnp.minimum(j, block - 1 - jnp.argmax(pb[:, ::-1] > 0, axis=-1))
+    ok = take(pb, j) > 0                                                 # false only for a block without mass
     tok = (blk * block + j).astype(jnp.int32)
     fix = lambda tok: jnp.where(ok, tok, jnp.argmax(z, axis=-1).astype(jnp.int32))   # a full pass over V: only if needed
     tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)

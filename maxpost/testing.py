@@ -1,5 +1,6 @@
 """A task small enough for the tiny test models: single-digit additions with their own tokenizer and reward,
-an SFT warm start, and the RL experiment that the tests and the RL notebook run. Not used by the product.
+an SFT warm start, and the RL experiment that the tests and the RL notebook run; the float32 tolerance that a TPU's
+transcendental functions need. Not used by the product.
 
 Docs: https://maxpost.github.io/maxpost/testing.html.md"""
 
@@ -7,8 +8,10 @@ Docs: https://maxpost.github.io/maxpost/testing.html.md"""
 
 # %% ../nbs/91_testing.ipynb #06f30179
 from __future__ import annotations
+import os
 from typing import Sequence
 
+import jax
 import numpy as np
 
 from .sft import model_config, random_params
@@ -17,9 +20,9 @@ from .rl.rollout import OneStepOff, PromptStream, evaluate_rows
 from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 # %% auto #0
-__all__ = ['PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'TEST_REWARDS', 'DigitTokenizer', 'addition_rows', 'addition_split',
-           'addition_answer', 'addition_sft_batch', 'sft_addition', 'addition_config', 'addition_accuracy',
-           'addition_experiment']
+__all__ = ['PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'TEST_REWARDS', 'TPU_TRANSCENDENTAL_RTOL', 'DigitTokenizer',
+           'addition_rows', 'addition_split', 'addition_answer', 'addition_sft_batch', 'sft_addition',
+           'addition_config', 'addition_accuracy', 'addition_experiment', 'on_tpu', 'f32_tol']
 
 # %% ../nbs/91_testing.ipynb #1f775c7d
 PAD, BOS, EOS, PLUS, EQ, DIGIT0 = 0, 1, 2, 3, 4, 5      # token ids of the addition task; '0'..'9' are 5..14
@@ -113,3 +116,16 @@ def addition_experiment(params: dict, loss_algo: str = "grpo", steps: int = 60, 
     if off: off.join()
     after = addition_accuracy(engine)
     return {"before": before, "after": after, "records": records, "state": state, "trainer": trainer}
+
+# %% ../nbs/91_testing.ipynb #b4d2f8e1
+TPU_TRANSCENDENTAL_RTOL = 2e-4   # JAX's tolerance for float32 exp/log/log1p/logistic/pow on a TPU (tests/lax_test.py)
+
+def on_tpu() -> bool:
+    "Whether JAX computes on a TPU (or `tools/emulate_tpu.py` stands in for one on a CPU: MAXPOST_EMULATE_TPU set)."
+    return jax.default_backend() == "tpu" or bool(os.environ.get("MAXPOST_EMULATE_TPU"))
+
+def f32_tol(tol: float, scale: float = 1.0) -> float:
+    """A tolerance for float32 results of exp, log, log1p, logistic or pow: `tol` on a CPU or GPU, at least
+    `TPU_TRANSCENDENTAL_RTOL` · `scale` on a TPU, whose float32 transcendental functions are approximations. `scale`:
+    the size of the compared values (the number of terms, for a sum of terms of order 1)."""
+    return max(tol, TPU_TRANSCENDENTAL_RTOL * scale) if on_tpu() else tol

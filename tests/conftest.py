@@ -15,6 +15,20 @@ def run_module(module, *args, timeout=900, check=True, env=None):
         raise AssertionError(f"{module} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
     return r
 
+_ON_TPU: list = []
+
+def tpu_tests_run() -> bool:
+    "Whether `tpu`-marked tests run here: JAX's backend is a TPU, or MAXPOST_TPU_TESTS_ON_CPU=1 asks for a CPU dry run."
+    if os.environ.get("MAXPOST_TPU_TESTS_ON_CPU") == "1": return True
+    if not _ON_TPU:                       # JAX starts its backend only when a `tpu` test is about to run, once
+        import jax
+        _ON_TPU.append(jax.default_backend() == "tpu")
+    return _ON_TPU[0]
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("tpu") is not None and not tpu_tests_run():
+        pytest.skip("needs a TPU (JAX's backend here is not one); MAXPOST_TPU_TESTS_ON_CPU=1 runs it on the CPU")
+
 @pytest.fixture(scope="session")
 def hf_smol():
     from maxpost.convert.from_gguf import embedded_hf

@@ -176,9 +176,11 @@ class OneStepOff:
     def start(self, collect: Callable, rng, version: int):
         "Run `collect(rng)` in a thread; `version`: the policy version (trainer step) of the engine's weights."
         box, pos = {}, self.stream.state_dict()
+        precision = jax.config.jax_default_matmul_precision   # the caller's: JAX's config contexts hold per thread
         def run():
             t0 = time.perf_counter()
-            try: box["out"] = collect(rng)
+            try:
+                with jax.default_matmul_precision(precision): box["out"] = collect(rng)
             except BaseException as e: box["err"] = e
             box["time"] = time.perf_counter() - t0
         th = threading.Thread(target=run, daemon=True); th.start()
