@@ -43,7 +43,9 @@ def test_parity_fp32(converted):
     r = check_logits(back, ck, "float32")
     print(name, r)
     assert max(r["lengths"]) > 512 and len(set(r["lengths"])) == 4
-    assert r["max_abs_diff"] <= 1e-3, r
+    # float32 summation-order noise between torch's and XLA's kernels, largest at the 600-token prompt: 8.2e-4 on the
+    # EPYC, 1.08e-3 for Gemma 3 270M on the AMX Xeon (the same at 50143ad); a layout or mask bug moves logits by > 0.1
+    assert r["max_abs_diff"] <= 2e-3, r
     assert r["top1"] == 1.0, r
 
 def test_parity_bf16(converted):
