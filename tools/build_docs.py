@@ -85,14 +85,15 @@ def _make_exec_proc(nbdev_exec: bool):
     if nbdev_exec: return P.exec_show_docs
 
     def _deferred_imports(cell):
-        "Source of the top-level imports of a code cell that is neither exported nor a show_doc call, else None"
+        """Source of the imports of a code cell that is neither exported nor a show_doc call ('' when it has none;
+        imports nested in `with`, `if` or `for` blocks count), else None: the cell itself is then never run"""
         if P.cell_lang(cell) != 'python' or not cell.source or cell.cell_type != 'code': return None
         if cell.directives_.keys() & {'export', 'exports', 'exporti', 'exec_doc'}: return None
         if cell.directives_.get('eval', '').lower() == 'false': return None
         trees = cell.parsed_()
         if not trees or P._show_docs(trees): return None
-        imps = [t for t in trees if isinstance(t, (ast.Import, ast.ImportFrom))]
-        return '\n'.join(ast.unparse(t) for t in imps) if imps else None
+        imps = [n for t in trees for n in ast.walk(t) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        return '\n'.join(ast.unparse(n) for n in imps)
 
     class exec_show_docs(P.exec_show_docs):
         """nbdev's processor, except for cells that are neither exported nor show_doc calls: nbdev runs them whole
@@ -111,7 +112,9 @@ def _make_exec_proc(nbdev_exec: bool):
             if not self.nb.has_docs_ or not hasattr(self, 'k'): return
             fm = getattr(self.nb, 'frontmatter_', {})
             if P.str2bool(fm.get('skip_showdoc', False)): return
-            if (src := _deferred_imports(cell)) is not None: self.pending.append(src); return
+            if (src := _deferred_imports(cell)) is not None:
+                if src: self.pending.append(src)
+                return
             if not P._do_eval(cell): return
             self.k.cell(cell)
             if isinstance(self.k.exc, NameError) and self.pending:
