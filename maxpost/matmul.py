@@ -16,6 +16,14 @@ import jax.numpy as jnp
 __all__ = ['matmul', 'lora_delta', 'project']
 
 # %% ../nbs/01a_matmul.ipynb #0fcb95fa
+def _dw_copy_x(x, g):
+    "x^T g with x transposed as a plain copy, not fused into g's producer (the CPU's form)"
+    return jnp.matmul(jax.lax.optimization_barrier(x.T), g, preferred_element_type=jnp.float32)
+
+def _dw_plain(x, g):
+    "x^T g with the layouts left to the compiler (a TPU's or GPU's form)"
+    return jnp.einsum("ni,no->io", x, g, preferred_element_type=jnp.float32)
+
 @jax.custom_vjp
 def matmul(x, w):
     """x [N, I] @ w [*in, *out] (prod(in) = I) as [N, prod(out)]. A w narrower than x (bfloat16 weights under
@@ -31,8 +39,7 @@ def _mm_bwd(res, g):
     xl, w, x_dtype = res
     w2, gl = w.reshape(xl.shape[-1], -1), g.astype(w.dtype)
     dx = jnp.einsum("no,io->ni", gl, w2, preferred_element_type=jnp.float32).astype(x_dtype.dtype)
-    xt = jax.lax.optimization_barrier(xl.T)         # x transposed as a plain copy, not fused into g's producer
-    dw = jnp.matmul(xt, gl, preferred_element_type=jnp.float32).astype(w.dtype)
+    dw = jax.lax.platform_dependent(xl, gl, cpu=_dw_copy_x, default=_dw_plain).astype(w.dtype)
     return dx, dw.reshape(w.shape)                  # a frozen weight's dw is never used: XLA drops it
 
 matmul.defvjp(_mm_fwd, _mm_bwd)
@@ -47,11 +54,20 @@ def _lora_fwd(x, a, b):
     xa = x @ a
     return xa @ b, (x, a, b, xa)
 
+def _lora_small_t(xa, gxa, x, g):
+    "(dA, dB) with the small [N, r] operands transposed as plain copies (the CPU's form)"
+    xat, gxat = jax.lax.optimization_barrier((xa.T, gxa.T))
+    return (gxat @ x).T, xat @ g
+
+def _lora_plain(xa, gxa, x, g):
+    "(dA, dB) with the layouts left to the compiler"
+    return jnp.einsum("ni,nr->ir", x, gxa), jnp.einsum("nr,no->ro", xa, g)
+
 def _lora_bwd(res, g):
     x, a, b, xa = res
     gxa = g @ b.T                                                          # [N, r]
-    xat, gxat = jax.lax.optimization_barrier((xa.T, gxa.T))               # the small [N, r] operands transposed
-    return gxa @ a.T, (gxat @ x).T, xat @ g
+    da, db = jax.lax.platform_dependent(xa, gxa, x, g, cpu=_lora_small_t, default=_lora_plain)
+    return gxa @ a.T, da, db
 
 lora_delta.defvjp(_lora_fwd, _lora_bwd)
 
