@@ -340,32 +340,47 @@ class RunLoop:
                 eval_initial = _scalars(eval_fn(self.state, 0)); self.log_scalars(0, eval_initial)
             bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (cfg.enable_tqdm and self.main),
                        desc=self.desc, dynamic_ncols=True)
-            t_start = time.perf_counter()
+            t_start = t_done = time.perf_counter()
+            pending = None                                  # (step, metrics on the device) not yet read
+
+            def finish(step, m, t0, mf):
+                "Read step `step`'s metrics (waits for it), record them; the record, not yet written"
+                nonlocal t_done
+                m = {k: _plain(v) for k, v in jax.device_get(m).items()}
+                t = time.perf_counter(); dt, t_done = t - max(t0, t_done), t   # since the later of its dispatch
+                rec = {"step": step, **m, "step_time": dt}                     # and the previous step's end
+                if isinstance(m.get("tokens"), (int, float)): rec["tokens_per_s"] = m["tokens"] / dt
+                rec["peak_rss_gib"] = peak_rss_gib()
+                self._check_finite(step, rec, mf)
+                if step > start + 1: times.append(dt); rates.append(rec.get("tokens_per_s"))  # the first compiles
+                return rec
+
+            def write(rec, mf):
+                mf.write(json.dumps(rec) + "\n"); mf.flush()
+                self.log_scalars(rec["step"], rec)
+                if rec["step"] % cfg.log_period == 0: self.writer.flush()
+                bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
+                return rec
+
             with (open(self.metrics_path, "a") if self.main else open(os.devnull, "w")) as mf:
                 for s in bar:
                     step, t0 = s + 1, time.perf_counter()
                     self._profile(step)
-                    state, m = step_fn(self.state, step)
-                    m = {k: _plain(v) for k, v in jax.device_get(m).items()}   # waits for the step
-                    dt = time.perf_counter() - t0
-                    rec = {"step": step, **m, "step_time": dt}
-                    if isinstance(m.get("tokens"), (int, float)): rec["tokens_per_s"] = m["tokens"] / dt
-                    rec["peak_rss_gib"] = peak_rss_gib()
-                    self.state = state
-                    self._check_finite(step, rec, mf)
+                    self.state, m = step_fn(self.state, step)          # dispatched; the device may still be busy
                     over = cfg.max_train_seconds > 0 and time.perf_counter() - t_start > cfg.max_train_seconds
                     if cfg.max_train_seconds > 0 and jax.process_count() > 1: over = gather_json(over)[0]  # process 0's clock
                     final = step == cfg.steps or over
-                    if eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0)):
-                        rec |= {k: _plain(v) for k, v in eval_fn(self.state, step).items()}
-                        self._check_finite(step, rec, mf)
-                    if s > start: times.append(dt); rates.append(rec.get("tokens_per_s"))  # the first step compiles
-                    mf.write(json.dumps(rec) + "\n"); mf.flush()
-                    self.log_scalars(step, rec)
-                    if step % cfg.log_period == 0: self.writer.flush()
-                    bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
-                    if final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0): self.save(step)
-                    last = rec
+                    evals = eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0))
+                    saves = final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0)
+                    if pending is not None: last = write(finish(*pending, mf), mf)   # the previous step, read
+                    pending = (step, m, t0)                                        # while this one runs
+                    if evals or saves:                      # they need this step done: read it now
+                        rec = finish(*pending, mf); pending = None
+                        if evals:
+                            rec |= {k: _plain(v) for k, v in eval_fn(self.state, step).items()}
+                            self._check_finite(step, rec, mf)
+                        last = write(rec, mf)
+                        if saves: self.save(step)
                     if over: stopped = "time"; break
             if self.mngr is not None: self.mngr.wait_until_finished()
         except BaseException:
