@@ -47,8 +47,10 @@ class ModelKeys(Config):
     init_weights_seed: int = 0                  # random init (no load_parameters_path) and LoRA's A
     dtype: Dtype = "auto"                       # compute dtype (activations, matmul inputs); auto: per backend
     weight_dtype: Dtype = "auto"                # stored dtype of the weights (master copy) and of Adam's moments
-    remat_policy: Literal["auto", "none", "full", "dots"] = "auto"   # full: recompute each layer in the backward
-    # pass; dots: keep only the projections' outputs, recompute the rest (norms, rope, attention, activation)
+    remat_policy: Literal["auto", "none", "full", "dots", "minimal", "save_dot_with_context_except_mlp",
+                          "save_dot_except_mlp", "save_qkv_proj", "save_out_proj"] = "auto"   # full: recompute each
+    # layer in the backward pass; dots (MaxText: minimal): keep only the projections' outputs, recompute the rest
+    # (norms, rope, attention, activation); save_*: keep only the named projections (maxpost.model.REMAT_POLICIES)
     hf_access_token: str = Field("", exclude=True, repr=False)   # a Hugging Face token for hub downloads (set as
     # HF_TOKEN, unless already set); never written to config.yml
     key_aliases = (alias("model_name_or_path", ("load_parameters_path", "model_name"),

@@ -15,6 +15,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from .matmul import project
 
@@ -235,7 +236,9 @@ def fuse_weights(p: dict) -> dict:
 
 def _qkv(cfg: ModelConfig, h, p: dict):
     "q [B, T, H, hd], k, v [B, T, K, hd] of h [B, T, d], from separate or fused (`wqkv`) weights."
-    if "wqkv" not in p: return tuple(project("btd,dnh->btnh", h, p, n) for n in ("wq", "wk", "wv"))
+    if "wqkv" not in p:              # named for the remat policies that keep them (REMAT_POLICIES)
+        return tuple(checkpoint_name(project("btd,dnh->btnh", h, p, n), t)
+                     for n, t in (("wq", "query_proj"), ("wk", "key_proj"), ("wv", "value_proj")))
     B, T, _ = h.shape
     H, K, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     y = h @ p["wqkv"]                                                       # [B, T, (H + 2K)·hd]
@@ -245,7 +248,7 @@ def _qkv(cfg: ModelConfig, h, p: dict):
 def _out(o, p: dict):
     "Output projection of o [B, T, H, hd] to [B, T, d], separate ([H, hd, d]) or flattened ([H·hd, d]) `wo`."
     if p["wo"].ndim == 2: return o.reshape(*o.shape[:2], -1) @ p["wo"]
-    return project("btnh,nhd->btd", o, p, "wo")
+    return checkpoint_name(project("btnh,nhd->btd", checkpoint_name(o, "context"), p, "wo"), "out_proj")
 
 def _mlp(cfg: ModelConfig, h, p: dict):
     "act(h W_gate) ⊙ (h W_up) W_down, from separate or fused (`wgu`) weights."
@@ -302,8 +305,16 @@ def _init(key, shape, axes, dtype):
     if axes[:2] == ("layers", "q_heads") or axes[:1] == ("q_heads",): fan_in = shape[-3] * shape[-2]
     return (jax.random.normal(key, shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
 
-REMAT_POLICIES = {"none": None, "full": jax.checkpoint_policies.nothing_saveable,   # what backward keeps: all, inputs,
-                  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}   # projections' outputs
+_CP = jax.checkpoint_policies
+REMAT_POLICIES = {                   # what the backward keeps of each layer (MaxText's names; `dots` is maxpost's)
+    "none": None,                                                   # everything
+    "full": _CP.nothing_saveable,                                   # the layer's input only
+    "minimal": _CP.dots_with_no_batch_dims_saveable,                # every projection's output
+    "dots": _CP.dots_with_no_batch_dims_saveable,
+    "save_dot_with_context_except_mlp": _CP.save_only_these_names("query_proj", "key_proj", "value_proj", "context", "out_proj"),
+    "save_dot_except_mlp": _CP.save_only_these_names("query_proj", "key_proj", "value_proj", "out_proj"),
+    "save_qkv_proj": _CP.save_only_these_names("query_proj", "key_proj", "value_proj"),
+    "save_out_proj": _CP.save_only_these_names("out_proj")}
 
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
