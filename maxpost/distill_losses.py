@@ -75,8 +75,8 @@ def _mm(g, w, lo, size: int):
 
 # %% ../nbs/05e_distill_losses.ipynb #e8302c90
 def _online_tiles(h, w, ht, wt, beta, temperature, sep, cap, tcap, chunk, block, need_dh):
-    """Per token (D [N], NLL's log-sum-exp [N], ∂D/∂h [N, d], Σ κ·softmax(z)·W [N, d]) in [chunk, block] tiles, the
-    last two None unless need_dh; sep: the NLL's log-sum-exp at τ = 1 is computed apart (τ ≠ 1)."""
+    """Per token (D [N], NLL's log-sum-exp [N], ∂D/∂h [N, d], Σ κ·softmax(z)·W [N, d], lse_s, lse_t, R) in [chunk,
+    block] tiles, the gradients None unless need_dh; sep: the NLL's log-sum-exp at τ = 1 is computed apart (τ ≠ 1)."""
     N, d = h.shape; V = w.shape[0]
     c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
     def body(_, xs):
@@ -102,41 +102,79 @@ def _online_tiles(h, w, ht, wt, beta, temperature, sep, cap, tcap, chunk, block,
         zc, zd = jnp.zeros((c,), jnp.float32), jnp.zeros((c, d), jnp.float32)
         D, R, A, B, P = _over_blocks(V, block, grad_fn, (zc, zc) + ((zd, zd, zd if sep else None) if need_dh else (None,) * 3))
         dh = (A - R[:, None] * B, P if sep else B) if need_dh else (None, None)
-        return None, (D, l1[0] if sep else ls, *dh)
+        return None, (D, l1[0] if sep else ls, *dh, ls, lt, R)
     hs, ts = _chunked(h, c, n, pad), _chunked(ht, c, n, pad)
     _, out = jax.lax.scan(body, None, (hs, ts))
     return tuple(None if o is None else o.reshape(n * c, *o.shape[2:])[:N] for o in out)
 
+# %% ../nbs/05e_distill_losses.ipynb #5a841021
+def _head_grad(h, w, ht, wt, targets, stats, g, beta, temperature, with_nll, cap, tcap, chunk, block):
+    """∂(Σ_t g_D·D_t + g_NLL·NLL_t)/∂w [V, d] float32 in [chunk, block] tiles: the third pass, run in the backward
+    pass with each token's log-sum-exps and R from the forward (`stats`) and its cotangents g = (g_D, g_NLL)."""
+    N, d = h.shape; V = w.shape[0]
+    c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
+    ls, lt, l1, Rs = stats; gd, gn = (x.astype(jnp.float32) for x in g)
+    def body(dw, xs):
+        hc, tc, lsc, ltc, l1c, Rc, gdc, gnc = xs
+        def fn(lo, size, dw):
+            u = _logits(hc, w, lo, size)
+            s, k = _scaled(u, cap, temperature)
+            lq = s - lsc[:, None]
+            _, r = div_terms(_scaled(_logits(tc, wt, lo, size), tcap, temperature)[0] - ltc[:, None], lq, beta)
+            gz = gdc[:, None] * _k(k) * (r - jnp.exp(lq) * Rc[:, None])           # ∂/∂(pre-cap logit)
+            if with_nll:
+                s1, k1 = _scaled(u, cap, 1.0); gz = gz + gnc[:, None] * _k(k1) * jnp.exp(s1 - l1c[:, None])
+            blk = jnp.einsum("cv,cd->vd", gz, hc.astype(jnp.float32))
+            if isinstance(lo, int): return dw.at[lo:lo + size].add(blk)
+            return jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
+        return _over_blocks(V, block, fn, dw), None
+    xs = [_chunked(x, c, n, pad) for x in (h, ht, ls, lt, l1, Rs, gd, gn)]
+    dw, _ = jax.lax.scan(body, jnp.zeros((V, d), jnp.float32), xs)
+    if not with_nll: return dw
+    hf = h.astype(jnp.float32)                                                  # the targets' −κ_y·h terms
+    ky = _scaled(jnp.einsum("nd,nd->n", hf, w[targets].astype(jnp.float32)), cap, 1.0)[1]
+    return dw.at[targets].add(-(gn if ky is None else gn * ky)[:, None] * hf)
+
+
 # %% ../nbs/05e_distill_losses.ipynb #5b671e8a
 def _token_losses(h, w, ht, wt, targets, beta, temperature, with_nll, cap, tcap, chunk, block, need_dh):
-    "((D [N], NLL [N]), (∂D/∂h, ∂NLL/∂h)); NLL zeros unless with_nll, gradients None unless need_dh."
+    """((D [N], NLL [N]), (∂D/∂h, ∂NLL/∂h), (lse_s, lse_t, NLL's lse, R) [N] each); NLL zeros unless with_nll,
+    gradients None unless need_dh."""
     if w.shape[0] != wt.shape[0]:
         raise ValueError(f"the student's head has {w.shape[0]} rows, the teacher's {wt.shape[0]}: one vocabulary needed")
     sep = with_nll and temperature != 1.0
-    D, l1, dD, P = _online_tiles(h, w, ht, wt, beta, temperature, sep, cap, tcap, chunk, block, need_dh)
-    if not with_nll: return (D, jnp.zeros_like(D)), (dD, None)
+    D, l1, dD, P, ls, lt, Rs = _online_tiles(h, w, ht, wt, beta, temperature, sep, cap, tcap, chunk, block, need_dh)
+    stats = (ls, lt, l1, Rs)
+    if not with_nll: return (D, jnp.zeros_like(D)), (dD, None), stats
     wy = w[targets].astype(jnp.float32)                       # the targets' head rows, gathered
     zy, ky = _scaled(jnp.einsum("nd,nd->n", h.astype(jnp.float32), wy), cap, 1.0)
     dn = None if P is None else P - (wy if ky is None else ky[:, None] * wy)
-    return (D, l1 - zy), (dD, dn)
+    return (D, l1 - zy), (dD, dn), stats
 
-@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10, 11))
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10, 11, 12))
 def distill_token_losses(h, w, ht, wt, targets, beta: float = 0.0, temperature: float = 1.0, with_nll: bool = True,
                          cap: float | None = None, teacher_cap: float | None = None, chunk: int = FUSED_CHUNK,
-                         block: int = VOCAB_BLOCK):
+                         block: int = VOCAB_BLOCK, need_dw: bool = False):
     """(D_β(p_τ ‖ q_τ) [N], NLL [N] at τ = 1) of student hidden h [N, d] under head w [V, d] against the teacher's
-    ht [N, d_T] under wt [V, d_T], in logit tiles; a gradient to h only (teacher and heads frozen).
+    ht [N, d_T] under wt [V, d_T], in logit tiles; gradients to h, and to w when need_dw (the teacher's are None).
     cap, teacher_cap: each model's final logit soft-cap; chunk, block: positions and vocabulary rows per tile."""
-    return _token_losses(h, w, ht, wt, targets, beta, temperature, with_nll, cap, teacher_cap, chunk, block, False)[0]
+    args = (beta, temperature, with_nll, cap, teacher_cap, chunk, block)
+    return _token_losses(h, w, ht, wt, targets, *args, False)[0]
 
-def _dtl_fwd(h, w, ht, wt, targets, beta, temperature, with_nll, cap, tcap, chunk, block):
-    out, (dD, dn) = _token_losses(h, w, ht, wt, targets, beta, temperature, with_nll, cap, tcap, chunk, block, True)
-    return out, (dD, dn, jnp.zeros((), h.dtype))
+def _dtl_fwd(h, w, ht, wt, targets, beta, temperature, with_nll, cap, tcap, chunk, block, need_dw):
+    out, (dD, dn), stats = _token_losses(h, w, ht, wt, targets, beta, temperature, with_nll, cap, tcap, chunk, block,
+                                         True)
+    return out, (dD, dn, jnp.zeros((), h.dtype), (h, w, ht, wt, targets, stats) if need_dw else None)
 
-def _dtl_bwd(beta, temperature, with_nll, cap, tcap, chunk, block, res, g):
-    dD, dn, h_dtype = res
+def _dtl_bwd(beta, temperature, with_nll, cap, tcap, chunk, block, need_dw, res, g):
+    dD, dn, h_dtype, saved = res
     dh = g[0][:, None] * dD + (0.0 if dn is None else g[1][:, None] * dn)
-    return dh.astype(h_dtype.dtype), None, None, None, None
+    dw = None
+    if need_dw:
+        h, w, ht, wt, targets, stats = saved
+        dw = _head_grad(h, w, ht, wt, targets, stats, g, beta, temperature, with_nll, cap, tcap, chunk, block)
+        dw = dw.astype(w.dtype)
+    return dh.astype(h_dtype.dtype), dw, None, None, None
 
 distill_token_losses.defvjp(_dtl_fwd, _dtl_bwd)
 
@@ -149,13 +187,13 @@ def _combine(D, nll, mask, alpha: float, temperature: float):
 
 def distill_loss(h, w, ht, wt, targets, mask, alpha: float = 0.5, temperature: float = 1.0, beta: float = 0.0,
                  cap: float | None = None, teacher_cap: float | None = None, chunk: int = FUSED_CHUNK,
-                 block: int = VOCAB_BLOCK):
+                 block: int = VOCAB_BLOCK, need_dw: bool = False):
     """Online distillation: (Σ mask·ℓ, Σ mask, metrics) with ℓ = α·τ²·D_β(teacher ‖ student) + (1 − α)·NLL for
     student hidden h [..., d] under head w [V, d], teacher hidden ht [..., d_T] under wt [V, d_T], targets and mask
-    [...] (the same leading shape); logits only in [chunk, block] tiles."""
+    [...] (the same leading shape); logits only in [chunk, block] tiles; need_dw: the student's head is trained."""
     d, dT = h.shape[-1], ht.shape[-1]
     D, nll = distill_token_losses(h.reshape(-1, d), w, ht.reshape(-1, dT), wt, targets.reshape(-1), beta,
-                                  temperature, alpha < 1.0, cap, teacher_cap, chunk, block)
+                                  temperature, alpha < 1.0, cap, teacher_cap, chunk, block, need_dw)
     return _combine(D, nll, mask, alpha, temperature)
 
 # %% ../nbs/05e_distill_losses.ipynb #4616f9c9
@@ -231,6 +269,7 @@ def offline_distill_loss(h, w, targets, mask, teacher_ids, teacher_logprobs, alp
     ids [..., k] (log-probs [..., k] at τ) plus a tail bucket, for student hidden h [..., d] under head w [V, d]."""
     d, V, k = h.shape[-1], w.shape[0], teacher_ids.shape[-1]
     check_top_k(k, V)
+    w = jax.lax.stop_gradient(w)            # the head is frozen here: `student_lse` has no head gradient
     h2, ids, y = h.reshape(-1, d), teacher_ids.reshape(-1, k), targets.reshape(-1)
     la, lt, l1 = student_lse(h2, w, ids, cap, temperature, alpha < 1.0, chunk, block)
     lq = _topk_scaled(h2, w, ids, cap, temperature, chunk) - la[:, None]
