@@ -12,6 +12,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from .quant import QuantWeight, qmatmul
+
 # %% auto #0
 __all__ = ['matmul', 'lora_delta', 'project']
 
@@ -72,8 +74,8 @@ def _lora_bwd(res, g):
 lora_delta.defvjp(_lora_fwd, _lora_bwd)
 
 def project(spec: str, x, p: dict, name: str):
-    """einsum(spec, x, p[name]) as a 2-D `matmul`, plus the low-rank term (x A) B when `p` holds `name`_lora_a and
-    `name`_lora_b (A [*in, r], B [r, *out])."""
+    """einsum(spec, x, p[name]) as a 2-D `matmul` (`qmatmul` for a quantized base weight, `maxpost.quant`), plus the
+    low-rank term (x A) B when `p` holds `name`_lora_a and `name`_lora_b (A [*in, r], B [r, *out])."""
     w = p[name]
     lhs, rest = spec.split(","); rhs, out = rest.split("->")
     con = "".join(c for c in rhs if c in lhs)        # contracted axes: the weight's leading axes
@@ -81,7 +83,7 @@ def project(spec: str, x, p: dict, name: str):
     assert rhs.startswith(con) and lhs.endswith(con) and out == keep + rhs[len(con):], spec
     lead, n_in = x.shape[:len(keep)], math.prod(w.shape[:len(con)])
     x2 = x.reshape(math.prod(lead), n_in)
-    y = matmul(x2, w)
+    y = qmatmul(x2, w) if isinstance(w, QuantWeight) else matmul(x2, w)
     if name + "_lora_a" in p:
         a, b = p[name + "_lora_a"], p[name + "_lora_b"]
         y = y + lora_delta(x2, a.reshape(-1, a.shape[-1]), b.reshape(b.shape[0], -1))
