@@ -77,13 +77,15 @@ class Trainer:
     def init_state(self) -> dict:
         "Step 0: fresh LoRA factors (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
         k_lora, k_run = jax.random.split(jax.random.key(self.cfg.init_weights_seed))
-        if self.cfg.use_lora:
-            init = lambda key: init_lora(self.mcfg, self.cfg.lora_rank, self.lora_names, key)
-            params = jax.jit(init, out_shardings=self.param_sh)(k_lora)
+        if self.cfg.use_lora: params = jax.jit(self.init_lora, out_shardings=self.param_sh)(k_lora)
         else: params, self._base = self._base, None      # the state owns (and donates) the base weights
         opt_state = jax.jit(self.opt.init, out_shardings=self.state_sh["opt_state"])(params)
         return {"step": self.replicate(np.zeros((), np.int32)), "params": params, "opt_state": opt_state,
                 "rng": self.replicate(np.asarray(jax.random.key_data(k_run)))}
+
+    def init_lora(self, key) -> dict:
+        "Fresh LoRA factors of the adapted weights (B = 0: the adapters start as no change)."
+        return init_lora(self.mcfg, self.cfg.lora_rank, self.lora_names, key)
 
     def replicate(self, x):
         "`x` on every device, where the state keeps its step and RNG (placed as the step's outputs: no recompile)."

@@ -70,7 +70,7 @@ def test_two_processes_train_like_one(runs):
         ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
 def _params_init(k):
-    from maxpost.sft import model_config, random_params
+    from maxpost.model import model_config, random_params
     return random_params(model_config("tiny-gemma3"), 0)[k]
 
 def _assert_same_training(p1: dict, p2: dict, rel: float = 1e-2):
