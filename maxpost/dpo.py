@@ -1,4 +1,4 @@
-"""`maxpost.dpo.train`: DPO, IPO, hinge, ORPO and SimPO on SFT's trainer and the shared run loop, chosen and rejected
+"""`maxpost.dpo.train`: DPO, IPO, hinge, ORPO and SimPO as losses on `maxpost.trainer.Trainer` and its run, chosen and rejected
 in one forward pass, reference log-probs computed once before training (the base model with the adapters off).
 
 Docs: https://maxpost.github.io/maxpost/dpo.html.md"""

@@ -1,6 +1,6 @@
 """The SFT step on `maxpost.head_loss`'s masked token-mean cross-entropy (no [batch, length, vocab] logits), with
 gradient accumulation, full or LoRA, sharded FSDP × tensor, and a held-out loss over every example with a bootstrap
-interval; the run itself is `maxpost.loop`'s.
+interval, as a loss on `maxpost.trainer.Trainer`; the run is `maxpost.trainer.run_training`.
 
 Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
