@@ -105,15 +105,18 @@ def test_dpo_two_processes_like_one(tmp_path):
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, DPO_STEPS + 1))
     for a, b in zip(one_m, two_m):
+        # the rewards are β (log π - log π_ref) of sums over ~25 tokens (|log π| ~ 50 nats): summed in another order,
+        # they round like β |log π|, not like their own (small) size
+        scale = {"rewards/margins": 0.1 * abs(a["logps/chosen"])}
         for k in ("loss", "grad_norm", "rewards/margins", "logps/chosen", "logps/rejected"):
-            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), 1e-3), (a["step"], k, a[k], b[k])
+            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), scale.get(k, 0), 1e-3), (a["step"], k, a[k], b[k])
         assert a["pairs"] == b["pairs"] == 4 and a["tokens"] == b["tokens"]
     for k in ("eval_loss", "eval_preference_accuracy"):
         assert abs(one_m[-1][k] - two_m[-1][k]) <= 1e-5 * max(abs(one_m[-1][k]), 1e-3), k
     assert one_m[-1]["loss"] < one_m[0]["loss"] - 0.01, "the run did not train"     # the comparison is not vacuous
     _assert_same_training(_params(tmp_path / "one"), _params(tmp_path / "two"))
-    lines = two.stdout.splitlines()
-    assert sum(l.startswith("[0] {") for l in lines) == 1 and sum(l.startswith("[1] {") for l in lines) == 1
+    lines = two.stdout.splitlines()          # each process's summary (after its progress bars' carriage returns)
+    assert [sum(l.startswith(f"[{i}] ") and '{"run_dir"' in l for l in lines) for i in (0, 1)] == [1, 1], two.stdout[-3000:]
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
         ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
