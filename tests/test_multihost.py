@@ -115,8 +115,7 @@ def test_dpo_two_processes_like_one(tmp_path):
         assert abs(one_m[-1][k] - two_m[-1][k]) <= 1e-5 * max(abs(one_m[-1][k]), 1e-3), k
     assert one_m[-1]["loss"] < one_m[0]["loss"] - 0.01, "the run did not train"     # the comparison is not vacuous
     _assert_same_training(_params(tmp_path / "one"), _params(tmp_path / "two"))
-    lines = two.stdout.splitlines()          # each process's summary (after its progress bars' carriage returns)
-    assert [sum(l.startswith(f"[{i}] ") and '{"run_dir"' in l for l in lines) for i in (0, 1)] == [1, 1], two.stdout[-3000:]
+    assert two.stdout.count('{"run_dir"') == 2, two.stdout[-3000:]        # each process printed its summary
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
         ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
