@@ -67,7 +67,7 @@ def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str):
     "A function running one maxpost DPO step (reference pass of the batch + train step); its LoRA A saved for Tunix."
     import jax
     from maxpost.dpo import DPOTrainer, with_window
-    from maxpost.sft import load_base
+    from maxpost.trainer import load_base
     B, T = pairs["prompt"].shape[0], pairs["prompt"].shape[1] + pairs["chosen"].shape[1]
     cfg = dpo_config(hf_dir, B, T, dtype)
     mcfg, base, _ = load_base(cfg)

@@ -17,7 +17,7 @@ import json, sys, time, numpy as np, jax, jax.numpy as jnp
 from maxpost.distributed import initialize, DistributedKeys
 initialize(DistributedKeys())
 from jax.sharding import NamedSharding, PartitionSpec as P
-from maxpost.sft import model_config
+from maxpost.model import model_config
 from maxpost.model import param_shapes
 from maxpost.sharding import make_mesh
 mesh = make_mesh()

@@ -3,7 +3,7 @@ import sys, time, json, statistics
 import numpy as np, jax, jax.numpy as jnp
 from flax import nnx
 from maxpost.head_loss import token_nll
-from maxpost.sft import model_config, random_params
+from maxpost.model import model_config, random_params
 from maxpost.model import Decoder
 from maxpost.lora import init_lora, lora_terms
 B, T, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

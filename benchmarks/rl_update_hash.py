@@ -13,7 +13,7 @@ def main():
     from maxpost.rl.config import check_config
     from maxpost.rl.rollout import sampling_params
     from maxpost.rl.trainer import RLTrainer, make_rollout_engine, training_batch, minibatch
-    from maxpost.sft import model_config, random_params
+    from maxpost.model import model_config, random_params
     from maxpost.testing import DigitTokenizer, addition_config, addition_rows
     mc = model_config("tiny-llama"); params = random_params(mc, 0)
     out = {"maxpost": maxpost.__file__}

@@ -18,7 +18,7 @@ def step_memory(batch: int, seq: int, lora: bool, **keys) -> dict:
     cfg = SFTConfig(model_name="gemma3-270m", use_lora=lora, per_device_batch_size=batch, max_target_length=seq,
                     steps=100, **keys)
     tr = SFTTrainer(cfg, mcfg, base); del base
-    if lora: params = jax.eval_shape(tr._init_params, jax.random.key(0))
+    if lora: params = jax.eval_shape(tr.init_lora, jax.random.key(0))
     else: params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tr._base)
     st = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": params, "opt_state": jax.eval_shape(tr.opt.init, params),
           "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}

@@ -2,7 +2,7 @@
 
 Each case runs in its own process (the chip's peak-memory counter cannot be reset), with the trainer exactly as the
 command line builds it (`for_backend()` defaults: bfloat16, remat full on a TPU), weights drawn on the device
-(`maxpost.sft.device_params`), and synthetic batches of the full sequence length. It prints one `FIT {json}` line per
+(`maxpost.trainer.device_params`), and synthetic batches of the full sequence length. It prints one `FIT {json}` line per
 case: the aot verdict and HBM figure for the same config (compiled for this chip's topology by libtpu), the chip's
 peak HBM in use, whether the step compiled exactly once over all steps, the step time after the first, tokens/s and
 MFU (6·N·tokens/s over the bf16 matmul peak measured in the same process).
@@ -66,7 +66,7 @@ def run_case(name: str, model: str, seq: int, steps: int, with_aot: bool = False
     cfg = load_config(cls, argv + ["enable_tqdm=false"], base_yaml=yml).for_backend()
     rec |= {"dtype": cfg.dtype, "weight_dtype": cfg.weight_dtype, "remat_policy": cfg.remat_policy}
     mesh = cfg.mesh()
-    from maxpost.sft import load_base
+    from maxpost.trainer import load_base
     t0 = time.perf_counter()
     mcfg, base, _ = load_base(cfg, mesh)
     rec["init_s"] = round(time.perf_counter() - t0, 1)

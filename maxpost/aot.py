@@ -129,7 +129,7 @@ def abstract_base(mcfg) -> dict:
 
 def shape_config(cfg):
     "The ModelConfig of a run: its preset, or the config of `load_parameters_path` (no weights are read)."
-    from maxpost.sft import model_config
+    from maxpost.model import model_config
     path = getattr(cfg, "load_parameters_path", "")
     if path and not cfg.model_name:
         from maxpost.checkpoint import config_from_hf, read_checkpoint_meta
@@ -153,8 +153,7 @@ def abstract_state(trainer, params) -> dict:
 
 def trained_params(trainer):
     "Abstract trained params: LoRA factors (fresh) or the base weights (full fine-tuning)."
-    if trainer.cfg.use_lora: return jax.eval_shape(trainer._init_lora if hasattr(trainer, "_init_lora") else
-                                                   trainer._init_params, jax.random.key(0))
+    if trainer.cfg.use_lora: return jax.eval_shape(trainer.init_lora, jax.random.key(0))
     return trainer._base
 
 def global_batch(cfg, mesh, key: str = "per_device_batch_size") -> int:
@@ -241,7 +240,7 @@ class SampleConfig(ModelKeys, MeshKeys):
 
 def sample_programs(cfg, mesh) -> list:
     "The native sampler for per_device_batch_size prompts × num_generations of max_prefill_predict_length + new tokens."
-    from maxpost.sft import DTYPES
+    from maxpost.model import DTYPES
     new = cfg.max_target_length - cfg.max_prefill_predict_length
     if new < 1: raise ConfigError(f"max_target_length={cfg.max_target_length} leaves no new tokens after "
                                   f"max_prefill_predict_length={cfg.max_prefill_predict_length}", key="max_target_length")

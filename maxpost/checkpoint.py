@@ -16,15 +16,16 @@ import ml_dtypes
 import jax
 import jax.numpy as jnp
 
-from .model import ModelConfig, PRESETS, get_preset, param_shapes, gemma3_layer_types, Decoder
+from .model import (ModelConfig, PRESETS, TINY_MODELS, get_preset, model_config, param_shapes,
+                           gemma3_layer_types, Decoder)
 
 # %% auto #0
 __all__ = ['ST_DTYPES', 'ST_NAMES', 'HF_ARCH', 'HF_GLOBAL', 'TOKENIZER_FILES', 'CHUNK_BYTES', 'CheckpointError',
            'SafetensorsFile', 'write_safetensors', 'HFCheckpoint', 'config_from_hf', 'config_to_hf',
            'check_against_preset', 'hf_layer_names', 'hf_to_maxpost_layer', 'maxpost_to_hf_layer', 'hf_tensor_specs',
            'is_checkpoint', 'atomic_dir', 'copy_tokenizer', 'params_checkpointer', 'save_params', 'load_params',
-           'save_checkpoint', 'read_checkpoint_meta', 'load_checkpoint', 'load_model', 'empty_decoder', 'model_params',
-           'hf_to_params']
+           'save_checkpoint', 'read_checkpoint_meta', 'load_checkpoint', 'load_any', 'load_model', 'empty_decoder',
+           'model_params', 'hf_to_params']
 
 # %% ../nbs/02_checkpoint.ipynb #ccd3f6e8
 ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -388,14 +389,24 @@ def _maxtext():
     import maxpost.convert.maxtext as mt   # a MaxText checkpoint (…/0/items): maxpost.convert.maxtext
     return mt
 
+def load_any(path, model_name: str | None = None) -> tuple[dict, ModelConfig, Path | None]:
+    """(numpy params, ModelConfig, tokenizer folder or None) of a maxpost checkpoint, an HF folder or a MaxText
+    checkpoint; a `model_name` (preset or tiny test model) that the weights do not match raises."""
+    p = Path(path)
+    if (p / "config.json").exists() and not (p / "maxpost.json").exists(): (params, cfg), tok = hf_to_params(p), p
+    elif (mt := _maxtext()).maxtext_items(p) is not None: (params, cfg), tok = mt.load_maxtext(p, model_name), None
+    else:
+        params, cfg, meta = load_checkpoint(p)
+        tok = Path(meta["_dir"]) / "tokenizer"
+        tok = tok if tok.exists() else None
+    if model_name in TINY_MODELS:
+        if cfg != model_config(model_name): raise CheckpointError(f"{path} does not hold a {model_name} model")
+    elif model_name: check_against_preset(cfg, model_name)
+    return params, cfg, tok
+
 def load_model(path, model_name: str | None = None, dtype=jnp.float32, param_dtype=None) -> Decoder:
     "A Decoder holding the params of a maxpost checkpoint (or an HF folder or MaxText checkpoint, converted in memory)."
-    p = Path(path)
-    if (p / "config.json").exists() and not (p / "maxpost.json").exists():
-        params, cfg = hf_to_params(p)
-        if model_name: check_against_preset(cfg, model_name)
-    elif (mt := _maxtext()).maxtext_items(p) is not None: params, cfg = mt.load_maxtext(p, model_name)
-    else: params, cfg, _ = load_checkpoint(p, model_name)
+    params, cfg, _ = load_any(path, model_name)
     pdt = param_dtype or (jnp.float32 if dtype == jnp.float32 else dtype)
     model = empty_decoder(cfg, dtype, pdt)
     for k, v in params.items(): getattr(model, k)[...] = jnp.asarray(v, pdt)

@@ -1,4 +1,4 @@
-"""`maxpost.dpo.train`: DPO, IPO, hinge, ORPO and SimPO on SFT's trainer and the shared run loop, chosen and rejected
+"""`maxpost.dpo.train`: DPO, IPO, hinge, ORPO and SimPO as losses on `maxpost.trainer.Trainer` and its run, chosen and rejected
 in one forward pass, reference log-probs computed once before training (the base model with the adapters off).
 
 Docs: https://maxpost.github.io/maxpost/dpo.html.md"""
@@ -8,23 +8,24 @@ Docs: https://maxpost.github.io/maxpost/dpo.html.md"""
 # %% ../nbs/13c_dpo.ipynb #cf2791ad
 from __future__ import annotations
 import sys
-from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import jax
 import jax.numpy as jnp
-import optax
 from pydantic import Field, model_validator
 from flax import nnx
 
-from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_line, output_dir, user_errors
-from .loop import RunLoop, jit_sharded
+from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_line, user_errors
+from .checkpoint import CheckpointError, load_any
+from .loop import jit_sharded
 from .model import PARAM_AXES, param_shapes
-from .sharding import tree_shardings
-from .distributed import initialize, is_main_process
-from .head_loss import frozen_head_nll, head_weight, token_nll
-from .sft import SFTConfig, SFTTrainer, load_base
+from .sharding import batch_sharding, tree_shardings
+from .distributed import is_main_process, process_allgather
+from .head_loss import frozen_head_nll, head_tiles, head_weight, token_nll
+from .metrics import wilson_interval
+from .sft import SFTConfig
+from .trainer import Trainer, load_base, run_training, start_run
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
 from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
 
@@ -95,19 +96,20 @@ def with_window(batch: dict) -> dict:
     "`batch` with its `window` (`response_window` of its loss mask) added when it has none."
     return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"])}
 
-class DPOTrainer(SFTTrainer):
-    "SFT's trainer with the preference step: [A, 2B, T] batches (chosen then rejected) and `ref_logps` [A, 2B]."
+class DPOTrainer(Trainer):
+    "`maxpost.trainer.Trainer` with the preference loss: [A, 2B, T] batches (chosen then rejected) and `ref_logps` [A, 2B]."
     def __init__(self, cfg: DPOConfig, mcfg, base_params: dict, mesh=None):
-        super().__init__(cfg, mcfg, base_params, mesh)
-        P = jax.sharding.PartitionSpec
-        rows = jax.sharding.NamedSharding(self.mesh, P(None, "fsdp"))
-        self.pair_batch_sh = {k: self.batch_sh for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask",
-                                                         "window")}
-        self.pair_batch_sh["ref_logps"] = rows
-        self._step = jit_sharded(self._pref_step, self.mesh, (self.state_sh, self.frozen_sh, self.pair_batch_sh),
-                                 (self.state_sh, None), donate_argnums=(0,))
+        cfg = cfg.for_backend()                          # `auto` dtypes and remat for this backend (maxpost.loop)
+        mesh = mesh if mesh is not None else cfg.mesh()
+        self.tiles = head_tiles(mesh, cfg.loss_chunk_size)          # logits tiles of a frozen head (maxpost.head_loss)
+        rows = batch_sharding(mesh, leading=1)                      # [A, 2B, T]: rows over data × fsdp
+        self.pair_batch_sh = {k: rows for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask", "window")}
+        self.pair_batch_sh["ref_logps"] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "fsdp"))
+        super().__init__(cfg, mcfg, base_params, mesh, self._pair_loss, batch_sh=self.pair_batch_sh, count_key="pairs",
+                         matmul_dtype=jnp.bfloat16 if cfg.bf16_matmuls else None)
+        self.batch2_sh = batch_sharding(self.mesh)
         two = {k: self.batch2_sh for k in self.pair_batch_sh if k != "ref_logps"}
-        self._policy = jit_sharded(self._seq_logps, self.mesh, (self.param_sh, self.frozen_sh, two), None)
+        self._policy = self.jit_model_fn(self._seq_logps, two)
         # the reference's full weights lie like the base weights (starting params, frozen base or reference_model_path)
         self.ref_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(mcfg))
         self._plain = jit_sharded(self._plain_logps, self.mesh, (self.ref_sh, two), None)
@@ -128,16 +130,17 @@ class DPOTrainer(SFTTrainer):
         m = m.astype(jnp.float32)
         return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
 
-    def _seq_logps(self, trainable, frozen, b):
-        return self._logps_of(*self.model_inputs(trainable, frozen), b, self.cfg.use_lora)
+    def _seq_logps(self, model, lora, b):
+        return self._logps_of(model, lora, b, self.cfg.use_lora)
 
     def _plain_logps(self, params, b):
         "Log-probs under full weights `params` with no adapters (the reference)."
         return self._logps_of(nnx.merge(self.graphdef, params), None, b, True)    # no gradient is taken
 
-    def _pair_loss(self, trainable, frozen, mb):
+    def _pair_loss(self, model, lora, mb):
+        "(Σ per-pair loss, real pairs, Σ per-pair metrics) of one micro-batch of pairs."
         d = self.cfg.dpo
-        lp, n = self._seq_logps(trainable, frozen, mb)
+        lp, n = self._seq_logps(model, lora, mb)
         B = lp.shape[0] // 2
         ref = mb["ref_logps"]
         w = (n[:B] > 0).astype(jnp.float32)                 # real pairs (a short last batch pads with empty rows)
@@ -146,40 +149,13 @@ class DPOTrainer(SFTTrainer):
                                        simpo_gamma=d.simpo_gamma)
         m = preference_metrics(rc, rr, lp[:B], lp[B:], w)
         k = jnp.sum(w)
-        return jnp.sum(loss * w), ({key: v * k for key, v in m.items()}, k)
+        return jnp.sum(loss * w), k, {key: v * k for key, v in m.items()}
 
-    def _pref_step(self, state, frozen, batch):
-        params = state["params"]
-        grad_fn = jax.value_and_grad(self._pair_loss, has_aux=True)
-        def micro(carry, mb):
-            (l, (m, k)), g = grad_fn(params, frozen, mb)
-            g_acc, l_acc, m_acc, k_acc = carry
-            return (jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g), l_acc + l,
-                    jax.tree.map(jnp.add, m_acc, m), k_acc + k), None
-        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        m0 = jax.eval_shape(lambda: grad_fn(params, frozen, jax.tree.map(lambda x: x[0], batch))[0][1][0])
-        m0 = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), m0)
-        (g, l, m, k), _ = jax.lax.scan(micro, (zeros, jnp.float32(0), m0, jnp.float32(0)), batch)
-        denom = jnp.maximum(k, 1.0)
-        g = jax.tree.map(lambda x: x / denom, g)
-        updates, opt_state = self.opt.update(g, state["opt_state"], params)
-        rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
-        metrics = {"loss": l / denom, "grad_norm": optax.global_norm(g), "lr": self.sched(state["step"]),
-                   "pairs": k, "tokens": jnp.sum(batch["segment_ids"] != 0), **{key: v / denom for key, v in m.items()}}
-        return {"step": state["step"] + 1, "params": optax.apply_updates(params, updates), "opt_state": opt_state,
-                "rng": rng}, metrics
-
-    def put_batch(self, batch: dict) -> dict:
-        "Host [A·2B, …] pair batch (chosen then rejected per micro-batch) → device [A, 2B, …] arrays."
-        A = self.cfg.gradient_accumulation_steps
-        b = with_window(batch)
+    def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
+        "Host [A·2B, …] pair batch (chosen then rejected per micro-batch; every process: the whole batch) → [A, 2B, …]."
+        b = dict(with_window(batch))
         if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]), np.float32)
-        return {k: jax.device_put(np.asarray(b[k]).reshape(A, -1, *np.shape(b[k])[1:]), s)
-                for k, s in self.pair_batch_sh.items()}
-
-    def step(self, state: dict, batch: dict) -> tuple[dict, dict]:
-        "One optimizer step on a host batch of A micro-batches of pairs; returns (new state, device metrics)."
-        return self._step(state, self.frozen, self.put_batch(batch))
+        return super().put_batch(b, global_batch)
 
     def logps(self, batches, params=None, trainable=None) -> dict[int, tuple]:
         "pair index → (Σ log π chosen, Σ log π rejected, chosen tokens, rejected tokens) over host pair `batches`."
@@ -190,7 +166,7 @@ class DPOTrainer(SFTTrainer):
             idx = np.asarray(b["pair_index"]); B = len(idx)
             x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
             lp, n = self._plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
-            lp, n = np.asarray(lp, np.float64), np.asarray(n)
+            lp, n = process_allgather(lp).astype(np.float64), process_allgather(n)     # every process: all rows
             for j, i in enumerate(idx):
                 if i >= 0: out[int(i)] = (lp[j], lp[B + j], n[j], n[B + j])
         return out
@@ -205,7 +181,6 @@ class DPOTrainer(SFTTrainer):
 
     def evaluate(self, state: dict, pairs, batch_size: int, ref: np.ndarray) -> dict:
         "Held-out metrics: the mean loss, TRL's rewards/*, and the preference accuracy with a 95% Wilson interval."
-        from maxpost.metrics import wilson_interval
         d = self.cfg.dpo
         got = self.logps(PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1, ref_logps=ref),
                          trainable=state["params"])
@@ -272,9 +247,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
 def load_reference(cfg: DPOConfig, mcfg) -> dict | None:
     "The params of `dpo.reference_model_path` (None when not set); it must hold the trained model's architecture."
     if not cfg.dpo.reference_model_path: return None
-    from maxpost.checkpoint import CheckpointError
-    ref_mcfg, params, _ = load_base(cfg.model_copy(update={"load_parameters_path": cfg.dpo.reference_model_path,
-                                                           "tokenizer_path": ""}))
+    params, ref_mcfg, _ = load_any(cfg.dpo.reference_model_path, cfg.model_name or None)
     if ref_mcfg != mcfg: raise CheckpointError(f"dpo.reference_model_path={cfg.dpo.reference_model_path} holds another model")
     return params
 
@@ -285,12 +258,9 @@ def _eval_line(r: dict) -> dict:
             "eval_preference_accuracy_hi": r["preference_accuracy_ci"][1], "eval_pairs": r["pairs"]}
 
 def train(cfg: DPOConfig) -> dict:
-    "Run (or resume) preference tuning as `cfg` says on `maxpost.loop.RunLoop`; returns a summary."
+    "Run (or resume) preference tuning as `cfg` says (`maxpost.trainer.run_training`); returns a summary."
     from tqdm.auto import tqdm
-    output_dir(cfg.base_output_directory, cfg.run_name)
-    initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
-    cfg = cfg.for_backend()                                      # `auto` dtypes and remat for this backend (maxpost.loop)
-    mesh = cfg.mesh()
+    cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     if B < 1 or B % mesh.shape["fsdp"]:
         raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives {B} pairs "
@@ -312,39 +282,28 @@ def train(cfg: DPOConfig) -> dict:
     ref_train = trainer.reference_logps(train_pairs, B, ref_params, state0)
     ref_eval = trainer.reference_logps(eval_pairs, B, ref_params, state0) if eval_pairs else None
     del ref_params
+    # every process iterates over the same global batches of pairs (`DPOTrainer.put_batch`)
     it = PreferenceIterator(train_pairs, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, ref_logps=ref_train)
-    run = RunLoop(cfg, state0, it, desc=cfg.dpo.algo, postfix=("loss", "rewards/accuracies"))
-
-    def step_fn(state, step):
-        state, m = trainer.step(state, next(it))
-        return state, {k: float(v) for k, v in m.items()}
 
     def eval_fn(state, step):
         r = trainer.evaluate(state, eval_pairs, B, ref_eval)
         lo, hi = r["preference_accuracy_ci"]
-        tqdm.write(f"eval at step {step}: loss {r['loss']:.4f}, preference accuracy {r['preference_accuracy']:.3f} "
-                   f"(95% CI {lo:.3f}–{hi:.3f}), rewards/accuracies {r['rewards/accuracies']:.3f}, margin "
-                   f"{r['rewards/margins']:.4f} over {r['pairs']} held-out pairs", file=sys.stderr)
+        if is_main_process():
+            tqdm.write(f"eval at step {step}: loss {r['loss']:.4f}, preference accuracy {r['preference_accuracy']:.3f} "
+                       f"(95% CI {lo:.3f}–{hi:.3f}), rewards/accuracies {r['rewards/accuracies']:.3f}, margin "
+                       f"{r['rewards/margins']:.4f} over {r['pairs']} held-out pairs", file=sys.stderr)
         return _eval_line(r)
 
-    summary = run.loop(step_fn, eval_fn if eval_pairs else None, cfg.eval_interval, cfg.eval_at_start)
-    run.close()
-    model_dir = None
-    if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
-        from maxpost.checkpoint import save_checkpoint
-        merged = trainer.merged_params(run.state)                # every process takes part in the gather
-        model_dir = run.run_dir / "model"
-        if is_main_process():                                    # process 0 alone writes the export
-            model_dir = save_checkpoint(model_dir, merged, mcfg, model_name=cfg.model_name or None,
-                                        tokenizer_dir=tok_dir, overwrite=True)
-    last, first = summary["last"], summary["eval_initial"] or {}
+    s = run_training(cfg, trainer, it, eval_fn if eval_pairs else None, state=state0, tokenizer_dir=tok_dir,
+                     desc=cfg.dpo.algo, postfix=("loss", "rewards/accuracies"))
+    last, first = s["last"], s["eval_initial"] or {}
     acc = lambda d: ([d["eval_preference_accuracy"], d["eval_preference_accuracy_lo"], d["eval_preference_accuracy_hi"]]
                      if "eval_preference_accuracy" in d else None)
-    return {"run_dir": summary["run_dir"], "algo": cfg.dpo.algo, "steps": summary["steps"],
-            "start_step": summary["start_step"], "stopped": summary["stopped"], "loss": last.get("loss"),
+    return {"run_dir": s["run_dir"], "algo": cfg.dpo.algo, "steps": s["steps"],
+            "start_step": s["start_step"], "stopped": s["stopped"], "loss": last.get("loss"),
             "rewards/accuracies": last.get("rewards/accuracies"), "rewards/margins": last.get("rewards/margins"),
             "eval_loss": last.get("eval_loss"), "eval_preference_accuracy": acc(last),
             "eval_preference_accuracy_initial": acc(first), "eval_rewards/accuracies": last.get("eval_rewards/accuracies"),
             "train_pairs": len(train_pairs), "eval_pairs": len(eval_pairs) if eval_pairs else 0,
-            "tokens_per_s": summary["tokens_per_s"], "peak_rss_gib": summary["peak_rss_gib"],
-            "model_dir": str(model_dir) if model_dir else None}
+            "tokens_per_s": s["tokens_per_s"], "peak_rss_gib": s["peak_rss_gib"], "model_dir": s["model_dir"]}
+

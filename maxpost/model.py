@@ -20,11 +20,11 @@ from jax.ad_checkpoint import checkpoint_name
 from .matmul import project
 
 # %% auto #0
-__all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'ModelConfig',
-           'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope',
-           'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs', 'fuse_weights',
-           'decoder_layer', 'masked_attention', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config',
-           'logical_axes', 'forward_fn']
+__all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
+           'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq',
+           'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs',
+           'fuse_weights', 'decoder_layer', 'masked_attention', 'init_std', 'init_param', 'Decoder', 'init_cache',
+           'positions_from_mask', 'tiny_config', 'model_config', 'random_params', 'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -298,12 +298,18 @@ def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8)
     return attend
 
 # %% ../nbs/01_model.ipynb #dad8eb31
-def _init(key, shape, axes, dtype):
-    if axes[-1] in ("norm", "head_dim") and len(shape) <= 2:   # norm weights: 0 under (1+w), 1 otherwise
-        return None
-    fan_in = shape[-2] if len(shape) >= 2 else shape[-1]
-    if axes[:2] == ("layers", "q_heads") or axes[:1] == ("q_heads",): fan_in = shape[-3] * shape[-2]
-    return (jax.random.normal(key, shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
+def init_std(name: str, shape: tuple) -> float | None:
+    "The init scale of weight `name`: N(0, 1/fan_in), fan_in its input axes; None for a norm scale (kept neutral)."
+    axes = PARAM_AXES[name]
+    if axes[-1] in ("norm", "head_dim") and len(shape) <= 2: return None
+    return float((shape[-3] * shape[-2] if "q_heads" in axes[:2] else shape[-2]) ** -0.5)
+
+def init_param(cfg: ModelConfig, name: str, shape: tuple, normal, dtype, xp=jnp):
+    """Weight `name` at init, the one rule every init follows: `normal(shape)` (float32 standard normal draws) ×
+    `init_std`, or a norm scale's neutral value (0 under Gemma's (1 + w), else 1); `xp`: numpy or jax.numpy."""
+    std = init_std(name, shape)
+    if std is None: return xp.full(shape, 0.0 if cfg.norm_plus_one else 1.0, dtype)
+    return (normal(shape) * std).astype(dtype)
 
 _CP = jax.checkpoint_policies
 REMAT_POLICIES = {                   # what the backward keeps of each layer (MaxText's names; `dots` is maxpost's)
@@ -324,10 +330,9 @@ class Decoder(nnx.Module):
         self.cfg, self.dtype, self.remat, self.matmul_dtype = cfg, dtype, remat, matmul_dtype
         rngs = rngs or nnx.Rngs(0)
         for name, shape in param_shapes(cfg).items():
-            axes = PARAM_AXES[name]
-            val = _init(rngs.params(), shape, axes, param_dtype)
-            if val is None: val = jnp.full(shape, 0.0 if cfg.norm_plus_one else 1.0, param_dtype)
-            setattr(self, name, nnx.Param(val, sharding_names=axes, eager_sharding=False))
+            key = rngs.params()
+            val = init_param(cfg, name, shape, lambda s: jax.random.normal(key, s, jnp.float32), param_dtype)
+            setattr(self, name, nnx.Param(val, sharding_names=PARAM_AXES[name], eager_sharding=False))
 
     def params_dict(self) -> dict:
         "Parameter values by maxpost name."
@@ -409,6 +414,21 @@ def tiny_config(arch: str = "gemma3", vocab_size: int = 128, **kw) -> ModelConfi
              max_position_embeddings=256)
     if arch == "gemma3": d |= dict(sliding_window=4, layer_types=gemma3_layer_types(4, 2))
     return ModelConfig(**(d | kw))
+
+# %% ../nbs/01_model.ipynb #b7a7fa4a
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
+
+def model_config(model_name: str) -> ModelConfig:
+    "The ModelConfig of a preset or tiny test model."
+    if model_name in TINY_MODELS: return TINY_MODELS[model_name]()
+    return get_preset(model_name)
+
+def random_params(mcfg: ModelConfig, seed: int = 0) -> dict:
+    "A random init of `mcfg` (numpy, float32) by the Decoder's rule (`init_param`): N(0, 1/fan_in), neutral norms."
+    rng = np.random.default_rng(seed)
+    normal = lambda s: rng.standard_normal(s, np.float32)
+    return {k: init_param(mcfg, k, s, normal, np.float32, np) for k, s in param_shapes(mcfg).items()}
 
 # %% ../nbs/01_model.ipynb #03156069
 def logical_axes(model: Decoder) -> dict:

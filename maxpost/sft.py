@@ -1,6 +1,6 @@
 """The SFT step on `maxpost.head_loss`'s masked token-mean cross-entropy (no [batch, length, vocab] logits), with
 gradient accumulation, full or LoRA, sharded FSDP × tensor, and a held-out loss over every example with a bootstrap
-interval; the run itself is `maxpost.loop`'s.
+interval, as a loss on `maxpost.trainer.Trainer`; the run is `maxpost.trainer.run_training`.
 
 Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 
@@ -9,36 +9,31 @@ Docs: https://maxpost.github.io/maxpost/sft.html.md"""
 # %% ../nbs/05_sft.ipynb #e1b87598
 from __future__ import annotations
 import sys, warnings
-from functools import partial
-from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
 import jax
 import jax.numpy as jnp
-import optax
-from flax import nnx
 from pydantic import Field
 
-from .config import ConfigError, PosFloat, PosInt, error_line, output_dir, user_errors
+from .config import ConfigError, PosFloat, PosInt, error_line, user_errors
 from .data_sources import SFT_ALIASES
-from .loop import (MeshKeys, ModelKeys, OptimizerKeys, RunKeys, RunLoop, jit_sharded, lr_schedule,
-                          make_optimizer, train_state_shardings)
-from .lora import LoRAKeys, LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
+from .loop import MeshKeys, ModelKeys, OptimizerKeys, RunKeys
+from .lora import LoRAKeys, LORA_IN_AXES
 from .head_loss import fused_nll_sum, head_tiles, head_weight, token_nll
-from .model import Decoder, ModelConfig, PARAM_AXES, get_preset, param_shapes, tiny_config
+from .metrics import bootstrap_ci
+from .model import ModelConfig
+from .model import DTYPES, model_config, random_params   # re-exported: their home before maxpost.model
 from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
-from .distributed import initialize, is_main_process, main_print, process_allgather
-from .sharding import tree_shardings, batch_sharding, named_sharding, process_rows
+from .distributed import is_main_process, main_print, process_allgather
+from .sharding import batch_sharding
+from .trainer import Trainer, load_base, run_training, start_run   # load_base: re-exported, as above
 
 # %% auto #0
-__all__ = ['TINY_MODELS', 'DTYPES', 'BOS', 'SEP', 'EOS', 'SFTConfig', 'model_config', 'cpu_has_bf16', 'SFTTrainer',
-           'synthetic_examples', 'load_examples', 'init_std', 'random_params', 'device_params', 'load_base', 'ratio_ci',
+__all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'ratio_ci',
            'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
-TINY_MODELS = {"tiny-gemma3": lambda: tiny_config("gemma3"), "tiny-llama": lambda: tiny_config("llama")}
-
 class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora) and SFT's own."
     # data
@@ -78,120 +73,40 @@ class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     eval_steps: Annotated[int, Field(ge=-1)] = -1   # held-out batches per eval; -1: all of them
     eval_at_start: bool = True                  # also evaluate the untrained model (summary's eval_loss_initial)
 
-def model_config(model_name: str) -> ModelConfig:
-    "The ModelConfig of a preset or tiny test model."
-    if model_name in TINY_MODELS: return TINY_MODELS[model_name]()
-    return get_preset(model_name)
-
 # %% ../nbs/05_sft.ipynb #43b6aa99
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
 def cpu_has_bf16() -> bool:
     "Whether this CPU multiplies bfloat16 natively (AVX512_BF16 or AMX-BF16 in /proc/cpuinfo's flags)."
     try: flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
     except (OSError, StopIteration): return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
-class SFTTrainer:
-    "The jitted SFT step and eval for one model, config and mesh; state is a pytree {step, params, opt_state, rng}."
+class SFTTrainer(Trainer):
+    "`maxpost.trainer.Trainer` with SFT's loss (masked token NLL in logit tiles) and its held-out evaluation."
     def __init__(self, cfg: SFTConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: the run's config; mcfg: the model's shapes; base_params: name → array (numpy or jax), maxpost layout
-        self.cfg = cfg = cfg.for_backend()              # `auto` dtypes and remat for this backend (maxpost.loop)
-        self.mcfg = mcfg
-        self.mesh = mesh if mesh is not None else cfg.mesh()
-        self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
+        cfg = cfg.for_backend()                          # `auto` dtypes and remat for this backend (maxpost.loop)
+        mesh = mesh if mesh is not None else cfg.mesh()
         if cfg.bf16_matmuls and jax.default_backend() == "cpu" and not cpu_has_bf16():
             warnings.warn("bf16_matmuls=true on a CPU without AVX512_BF16 or AMX: bfloat16 matmuls are emulated there")
-        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype,
-                            jnp.bfloat16 if cfg.bf16_matmuls else None)
-        self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
-        if cfg.use_lora:
-            self.frozen, self.frozen_sh = w.base, w.base_sh
-            self._init_params = lambda key: init_lora(mcfg, cfg.lora_rank, self.lora_names, key)
-        else:
-            self.frozen, self.frozen_sh, self._base = {}, {}, w.base
-        self.opt, self.sched = cfg.optimizer(cfg.steps)
-        self.tiles = head_tiles(self.mesh, cfg.loss_chunk_size)      # the loss's logits tiles (maxpost.head_loss)
-        self.batch_sh = batch_sharding(self.mesh, leading=1)      # [A, B, T]: rows over data × fsdp
+        self.tiles = head_tiles(mesh, cfg.loss_chunk_size)          # the loss's logits tiles (maxpost.head_loss)
+        super().__init__(cfg, mcfg, base_params, mesh, self._loss_sums, count_key="loss_tokens",
+                         matmul_dtype=jnp.bfloat16 if cfg.bf16_matmuls else None)
         self.batch2_sh = batch_sharding(self.mesh)
-        self.state_sh = train_state_shardings(self.mesh, self.opt, w.abs_params, self.param_sh)
-        self._step = jit_sharded(self._train_step, self.mesh, (self.state_sh, self.frozen_sh, self.batch_sh),
-                                 (self.state_sh, None), donate_argnums=(0,))
-        self._eval = jit_sharded(self._token_losses, self.mesh, (self.param_sh, self.frozen_sh, self.batch2_sh),
-                                 self.batch2_sh)
+        self._eval = self.jit_model_fn(self._token_losses, self.batch2_sh, self.batch2_sh)
 
-    def init_state(self) -> dict:
-        "Step 0: fresh LoRA factors (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
-        key = jax.random.key(self.cfg.init_weights_seed)
-        k_lora, k_run = jax.random.split(key)
-        if self.cfg.use_lora: params = jax.jit(self._init_params, out_shardings=self.param_sh)(k_lora)
-        else: params, self._base = self._base, None      # the state owns (and donates) the base weights
-        opt_state = jax.jit(self.opt.init, out_shardings=self.state_sh["opt_state"])(params)
-        rep = self.state_sh["step"]      # placed like the step's outputs, so that step 2 does not recompile
-        return {"step": jax.device_put(np.zeros((), np.int32), rep), "params": params, "opt_state": opt_state,
-                "rng": jax.device_put(np.asarray(jax.random.key_data(k_run)), rep)}
-
-    def model_inputs(self, trainable: dict, frozen: dict):
-        "(model, lora argument) for the trained params."
-        if self.cfg.use_lora: return nnx.merge(self.graphdef, frozen), lora_terms(trainable, self.lora_scale)
-        return nnx.merge(self.graphdef, trainable), None
-
-    def _loss_sums(self, trainable, frozen, batch):
-        "(sum of masked token NLL, number of masked tokens) of one [B, T] batch."
-        model, lora = self.model_inputs(trainable, frozen)
+    def _loss_sums(self, model, lora, batch):
+        "(sum of masked token NLL, number of masked tokens, no metrics) of one [B, T] micro-batch."
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         m = batch["loss_mask"].astype(jnp.float32)
         s = fused_nll_sum(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1), m.reshape(-1),
                           self.mcfg.final_logit_softcapping, self.tiles[0], not self.cfg.use_lora,
                           jnp.bfloat16 if self.cfg.bf16_matmuls else None, self.tiles[1])
-        return s, jnp.sum(m)
+        return s, jnp.sum(m), {}
 
-    def _token_losses(self, trainable, frozen, batch):
+    def _token_losses(self, model, lora, batch):
         "Masked per-token NLL [B, T] of one batch (for per-example sums in evaluation)."
-        model, lora = self.model_inputs(trainable, frozen)
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         return token_nll(model.logits, h, batch["targets"], self.cfg.loss_chunk_size) * batch["loss_mask"]
-
-    def _train_step(self, state, frozen, batch):
-        params = state["params"]
-        grad_fn = jax.value_and_grad(self._loss_sums, has_aux=True)
-        def micro(carry, mb):
-            (l, n), g = grad_fn(params, frozen, mb)
-            g_acc, l_acc, n_acc = carry
-            return (jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g), l_acc + l, n_acc + n), None
-        if jax.tree.leaves(batch)[0].shape[0] == 1:      # no accumulation: no float32 accumulator to hold
-            (l, n), g = grad_fn(params, frozen, jax.tree.map(lambda x: x[0], batch))
-            g = jax.tree.map(lambda x: x.astype(jnp.float32), g)
-        else:
-            zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-            (g, l, n), _ = jax.lax.scan(micro, (zeros, jnp.float32(0), jnp.float32(0)), batch)
-        denom = jnp.maximum(n, 1.0)
-        g = jax.tree.map(lambda x: x / denom, g)
-        updates, opt_state = self.opt.update(g, state["opt_state"], params)
-        new_params = optax.apply_updates(params, updates)
-        rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0])
-        metrics = {"loss": l / denom, "grad_norm": optax.global_norm(g), "lr": self.sched(state["step"]),
-                   "loss_tokens": n, "tokens": jnp.sum(batch["segment_ids"] != 0)}
-        return {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state, "rng": rng}, metrics
-
-    def local_rows(self, global_batch: int) -> list[int] | None:
-        "The rows of a host [A·B, T] global batch that this process supplies (None: one process supplies all)."
-        if jax.process_count() == 1: return None
-        A = self.cfg.gradient_accumulation_steps; B = global_batch // A
-        return [a * B + r for a in range(A) for r in process_rows(self.batch_sh, (A, B, 1), axis=1)]
-
-    def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
-        "Host [A·B, T] batch (this process's `local_rows` of a `global_batch` with several) → device [A, B, T] arrays."
-        A = self.cfg.gradient_accumulation_steps
-        if jax.process_count() == 1:
-            return {k: jax.device_put(np.asarray(v).reshape(A, -1, *np.shape(v)[1:]), self.batch_sh) for k, v in batch.items()}
-        B = global_batch // A
-        return {k: jax.make_array_from_process_local_data(self.batch_sh, np.asarray(v).reshape(A, -1, *np.shape(v)[1:]),
-                                                          (A, B, *np.shape(v)[1:])) for k, v in batch.items()}
-
-    def step(self, state: dict, batch: dict, global_batch: int | None = None) -> tuple[dict, dict]:
-        "One optimizer step on a host batch of A·B rows (this process's rows of `global_batch`); (new state, metrics)."
-        return self._step(state, self.frozen, self.put_batch(batch, global_batch))
 
     def example_losses(self, state: dict, batches) -> tuple[np.ndarray, np.ndarray]:
         "(summed NLL, target tokens) of each example (packed segment) with target tokens in host [B, T] `batches`."
@@ -215,11 +130,6 @@ class SFTTrainer:
     def eval_loss(self, state: dict, batches) -> float:
         "Token-mean loss over host [B, T] `batches`."
         return self.evaluate(state, batches, n_boot=0)["loss"]
-
-    def merged_params(self, state: dict) -> dict:
-        "Full model weights as numpy (LoRA folded into the base), in weight_dtype."
-        p = merge_lora(self.frozen, state["params"], self.lora_scale) if self.cfg.use_lora else state["params"]
-        return {k: process_allgather(v) for k, v in p.items()}
 
 # %% ../nbs/05_sft.ipynb #eb71c4da
 BOS, SEP, EOS = 1, 2, 3   # ids of the synthetic task's special tokens (0 stays free for padding)
@@ -271,77 +181,18 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
     return ex
 
 # %% ../nbs/05_sft.ipynb #7cbe3fdb
-def init_std(name: str, shape: tuple) -> float | None:
-    "The Decoder's init scale of weight `name`: N(0, 1/fan_in); None for a norm scale (its neutral value)."
-    axes = PARAM_AXES[name]
-    if axes[-1] in ("norm", "head_dim") and len(shape) <= 2: return None
-    return float((shape[-3] * shape[-2] if "q_heads" in axes[:2] else shape[-2]) ** -0.5)
-
-def random_params(mcfg: ModelConfig, seed: int = 0) -> dict:
-    "A random init of `mcfg` (numpy, float32) with the Decoder's scales: N(0, 1/fan_in) weights, neutral norms."
-    # drawn with numpy: XLA takes seconds on a CPU to compile even a tiny model's random-init program
-    rng, out = np.random.default_rng(seed), {}
-    for k, shape in param_shapes(mcfg).items():
-        std = init_std(k, shape)
-        if std is None: out[k] = np.full(shape, 0.0 if mcfg.norm_plus_one else 1.0, np.float32); continue
-        out[k] = (rng.standard_normal(shape, np.float32) * std).astype(np.float32)
-    return out
-
-def device_params(mcfg: ModelConfig, seed: int, mesh, dtype) -> dict:
-    """A random init of `mcfg` with `random_params`' scales, drawn by the devices of `mesh` straight into each
-    weight's sharding, in `dtype`: no host copy (another random stream than numpy's)."""
-    shapes = param_shapes(mcfg)
-    def draw(key):
-        out = {}
-        for i, (k, shape) in enumerate(shapes.items()):
-            std = init_std(k, shape)
-            out[k] = (jnp.full(shape, 0.0 if mcfg.norm_plus_one else 1.0, dtype) if std is None else
-                      (jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32) * std).astype(dtype))
-        return out
-    return jax.jit(draw, out_shardings=tree_shardings(mesh, PARAM_AXES, shapes))(jax.random.key(seed))
-
-def load_base(cfg: SFTConfig, mesh=None) -> tuple[ModelConfig, dict, Path | None]:
-    """(model config, base params, tokenizer folder or None) of `load_parameters_path`, or a random init: numpy on a
-    CPU (or without `mesh`), else drawn on `mesh`'s accelerators in `weight_dtype` (`device_params`)."""
-    from maxpost.checkpoint import CheckpointError, check_against_preset, hf_to_params, load_checkpoint
-    from maxpost.convert.maxtext import load_maxtext, maxtext_items
-    path = cfg.load_parameters_path
-    tok = Path(cfg.tokenizer_path) if cfg.tokenizer_path else None
-    if not path:
-        mcfg = model_config(cfg.model_name)
-        if mesh is not None and mesh.devices.flat[0].platform != "cpu":
-            return mcfg, device_params(mcfg, cfg.init_weights_seed, mesh, DTYPES[cfg.for_backend().weight_dtype]), tok
-        return mcfg, random_params(mcfg, cfg.init_weights_seed), tok
-    p = Path(path)
-    if (p / "config.json").exists() and not (p / "maxpost.json").exists():
-        params, mcfg = hf_to_params(p); tok = tok or p
-    elif maxtext_items(p) is not None: params, mcfg = load_maxtext(p, cfg.model_name)   # MaxText: …/0/items
-    else:
-        params, mcfg, meta = load_checkpoint(p)
-        p = Path(meta["_dir"])
-        if tok is None and (p / "tokenizer").exists(): tok = p / "tokenizer"
-    if cfg.model_name in TINY_MODELS:
-        if mcfg != model_config(cfg.model_name):
-            raise CheckpointError(f"{path} does not hold a {cfg.model_name} model")
-    elif cfg.model_name: check_against_preset(mcfg, cfg.model_name)
-    return mcfg, params, tok
-
 def ratio_ci(sums, counts, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
     "95% bootstrap CI of Σ sums / Σ counts, resampling examples with replacement (`maxpost.metrics.bootstrap_ci`)."
     s, n = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
     if n_boot <= 0 or s.size == 0: return (float("nan"), float("nan"))
-    from maxpost.metrics import bootstrap_ci
     ratio = lambda ix, axis: s[ix.astype(np.int64)].sum(axis) / np.maximum(n[ix.astype(np.int64)].sum(axis), 1.0)
     return bootstrap_ci(np.arange(s.size), n_boot=n_boot, seed=seed, stat=ratio)
 
 def train(cfg: SFTConfig) -> dict:
-    "Run (or resume) SFT as `cfg` says, on `maxpost.loop.RunLoop`; returns a summary (steps, losses, tokens/s, paths)."
+    "Run (or resume) SFT as `cfg` says (`maxpost.trainer.run_training`); returns a summary (steps, losses, tokens/s, paths)."
     from tqdm.auto import tqdm
     from maxpost.data import SFTDataIterator
-    output_dir(cfg.base_output_directory, cfg.run_name)          # fails early without base_output_directory
-    initialize(cfg)                                              # joins a multi-process run (maxpost.distributed)
-    cfg = cfg.for_backend()                                      # `auto` keys for this backend (maxpost.loop)
-    mesh = cfg.mesh()
+    cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
     B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
     dp = mesh.shape["data"] * mesh.shape["fsdp"]
     if B < 1 or B % dp:
@@ -359,11 +210,6 @@ def train(cfg: SFTConfig) -> dict:
     # every process plans the same global batches and collates only the rows its devices hold
     it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing,
                          rows=trainer.local_rows(A * B))
-    run = RunLoop(cfg, trainer.init_state(), it, desc="sft", postfix=("loss", "tokens_per_s"))
-
-    def step_fn(state, step):
-        state, m = trainer.step(state, next(it), A * B)
-        return state, {k: float(v) for k, v in m.items()}            # waits for the step
 
     def eval_fn(state, step):
         ev = SFTDataIterator(eval_ex, B, cfg.max_target_length, seed=0, pack=cfg.packing, num_epochs=1)
@@ -373,24 +219,13 @@ def train(cfg: SFTConfig) -> dict:
         return {"eval_loss": r["loss"], "eval_loss_lo": r["ci"][0], "eval_loss_hi": r["ci"][1],
                 "eval_examples": r["examples"], "eval_tokens": r["tokens"]}
 
-    summary = run.loop(step_fn, eval_fn if eval_ex is not None else None, cfg.eval_interval, cfg.eval_at_start)
-    run.close()
-    model_dir = None
-    if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
-        from maxpost.checkpoint import save_checkpoint
-        merged = trainer.merged_params(run.state)                # every process takes part in the gather
-        model_dir = run.run_dir / "model"
-        if is_main_process():                                    # process 0 alone writes the export
-            model_dir = save_checkpoint(model_dir, merged, mcfg, model_name=cfg.model_name or None,
-                                        tokenizer_dir=tok_dir, overwrite=True)
-    last, first = summary["last"], summary["eval_initial"] or {}
-    return {"run_dir": summary["run_dir"], "steps": summary["steps"], "start_step": summary["start_step"],
-            "stopped": summary["stopped"], "loss": last.get("loss"), "eval_loss": last.get("eval_loss"),
+    s = run_training(cfg, trainer, it, eval_fn if eval_ex is not None else None, global_batch=A * B,
+                     tokenizer_dir=tok_dir, desc="sft", postfix=("loss", "tokens_per_s"))
+    last, first = s["last"], s["eval_initial"] or {}
+    return {"run_dir": s["run_dir"], "steps": s["steps"], "start_step": s["start_step"],
+            "stopped": s["stopped"], "loss": last.get("loss"), "eval_loss": last.get("eval_loss"),
             "eval_loss_ci": [last["eval_loss_lo"], last["eval_loss_hi"]] if "eval_loss" in last else None,
             "eval_examples": last.get("eval_examples"), "eval_tokens": last.get("eval_tokens"),
             "eval_loss_initial": first.get("eval_loss"),
             "eval_loss_initial_ci": [first["eval_loss_lo"], first["eval_loss_hi"]] if "eval_loss" in first else None,
-            "tokens_per_s": summary["tokens_per_s"],
-            "peak_rss_gib": summary["peak_rss_gib"], "model_dir": str(model_dir) if model_dir else None}
-
-
+            "tokens_per_s": s["tokens_per_s"], "peak_rss_gib": s["peak_rss_gib"], "model_dir": s["model_dir"]}

@@ -14,7 +14,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from .sft import model_config, random_params
+from .model import model_config, random_params
 from .rl.config import RLConfig, check_config
 from .rl.rollout import OneStepOff, PromptStream, evaluate_rows
 from .rl.trainer import RLTrainer, make_rollout_engine, rl_step

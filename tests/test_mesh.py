@@ -134,7 +134,7 @@ print(json.dumps(out))
 def results(tmp_path_factory):
     "The script's JSON: one process, 4 virtual CPU devices, one XLA compilation cache for the module."
     from maxpost.checkpoint import save_checkpoint
-    from maxpost.sft import model_config, random_params
+    from maxpost.model import model_config, random_params
     import numpy as np
     tmp = tmp_path_factory.mktemp("mesh")
     # the reference model of dpo.reference_model_path: the starting weights, perturbed (step 1's loss is then not log 2)

@@ -1,5 +1,5 @@
-"""SFT and RL on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
-4 CPU devices train exactly like 1 process × 8 devices, and GRPO on 2 × 2 like 1 × 4 (also with rollout_mode=one_step_off); a run whose process 1 is SIGKILLed resumes with the same
+"""SFT, DPO and RL on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
+4 CPU devices train exactly like 1 process × 8 devices, DPO and GRPO on 2 × 2 like 1 × 4 (also with rollout_mode=one_step_off); a run whose process 1 is SIGKILLed resumes with the same
 launch and logs the uninterrupted run's losses; bad multi-process input ends with one error line; a single TPU host (its
 environment as JAX sees it on a one-chip v5e container, no metadata server) trains as one process."""
 import json, os, signal, subprocess, sys, time
@@ -70,7 +70,7 @@ def test_two_processes_train_like_one(runs):
         ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
 def _params_init(k):
-    from maxpost.sft import model_config, random_params
+    from maxpost.model import model_config, random_params
     return random_params(model_config("tiny-gemma3"), 0)[k]
 
 def _assert_same_training(p1: dict, p2: dict, rel: float = 1e-2):
@@ -84,6 +84,40 @@ def _assert_same_training(p1: dict, p2: dict, rel: float = 1e-2):
     moved = np.sqrt(sum(float(np.sum((p1[k].astype(np.float64) - _params_init(k)) ** 2)) for k in p1))
     print(f"weights: |two - one| / |one - init| = {d / moved:.2e} (|one - init| = {moved:.3e})")
     assert moved > 0 and d < rel * moved, (d, moved)
+
+DPO_STEPS = 4
+DPO_ARGS = ["model_name=tiny-gemma3", "dataset_type=synthetic", "enable_tqdm=false", f"steps={DPO_STEPS}",
+            "checkpoint_period=0", "per_device_batch_size=1", "max_target_length=32", "loss_chunk_size=64",
+            "num_train_rows=64", "num_eval_rows=16", "eval_interval=4", "eval_at_start=false", "learning_rate=1e-2",
+            "warmup_steps_fraction=0", "use_lora=true", "lora_rank=4", "save_model=true", "async_checkpointing=false",
+            "initialization_timeout=120"]
+
+def test_dpo_two_processes_like_one(tmp_path):
+    """LoRA DPO on synthetic pairs, 4 steps of 4 pairs and a held-out evaluation: 2 processes × 2 devices (every process
+    iterates over the same global batches, each device takes its rows) log the losses, gradient norms, reward metrics and
+    held-out accuracy of 1 process × 4 devices within float tolerance, end with the same weights, and only process 0
+    wrote the run's files."""
+    dpo = lambda *a: [sys.executable, "-m", "maxpost.train_dpo", *DPO_ARGS, f"base_output_directory={tmp_path}", *a]
+    _check(subprocess.run(dpo("run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 4), timeout=600))
+    two = _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
+                                 "--", *dpo("run_name=two")], capture_output=True, text=True, cwd=ROOT,
+                                env=_env(tmp_path), timeout=600))
+    one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert [m["step"] for m in two_m] == list(range(1, DPO_STEPS + 1))
+    for a, b in zip(one_m, two_m):
+        # the rewards are β (log π - log π_ref) of sums over ~25 tokens (|log π| ~ 50 nats): summed in another order,
+        # they round like β |log π|, not like their own (small) size
+        scale = {"rewards/margins": 0.1 * abs(a["logps/chosen"])}
+        for k in ("loss", "grad_norm", "rewards/margins", "logps/chosen", "logps/rejected"):
+            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), scale.get(k, 0), 1e-3), (a["step"], k, a[k], b[k])
+        assert a["pairs"] == b["pairs"] == 4 and a["tokens"] == b["tokens"]
+    for k in ("eval_loss", "eval_preference_accuracy"):
+        assert abs(one_m[-1][k] - two_m[-1][k]) <= 1e-5 * max(abs(one_m[-1][k]), 1e-3), k
+    assert one_m[-1]["loss"] < one_m[0]["loss"] - 0.01, "the run did not train"     # the comparison is not vacuous
+    _assert_same_training(_params(tmp_path / "one"), _params(tmp_path / "two"))
+    assert two.stdout.count('{"run_dir"') == 2, two.stdout[-3000:]        # each process printed its summary
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
+        ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
 def test_sigkill_one_process_then_resume(runs):
     """SIGKILL process 1 after the checkpoint of step 2: the launcher stops process 0 and fails; the same launch

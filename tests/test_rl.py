@@ -17,7 +17,7 @@ def sft_params():
 @pytest.fixture(scope="module")
 def sft_ckpt(sft_params, tmp_path_factory):
     from maxpost.checkpoint import save_checkpoint
-    from maxpost.sft import model_config
+    from maxpost.model import model_config
     d = tmp_path_factory.mktemp("sft") / "tiny"
     return save_checkpoint(d, sft_params, model_config("tiny-llama"), model_name="tiny-llama")
 
@@ -180,7 +180,7 @@ import json, numpy as np, jax, optax
 from maxpost.rl.config import check_config
 from maxpost.rl.rollout import sampling_params
 from maxpost.rl.trainer import RLTrainer, make_rollout_engine, training_batch, minibatch
-from maxpost.sft import model_config, random_params
+from maxpost.model import model_config, random_params
 from maxpost.testing import DigitTokenizer, addition_config, addition_rows
 mc = model_config("tiny-llama"); params = random_params(mc, 0)
 out = {}

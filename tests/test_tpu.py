@@ -10,7 +10,7 @@ as well, with `tools/emulate_tpu.py` rounding the inputs of default-precision ma
 so that its default-precision figures resemble a TPU's (a TPU's approximate exp/log are not emulated there).
 
 Each test prints one `TPU-FIGURE {json}` line per measured figure: test, model, precision, figure, value, bound (for
-benchmarks/RESULTS_tpu.md). Weights are random (`maxpost.sft.random_params`, numpy, the same on both sides), dtypes
+benchmarks/RESULTS_tpu.md). Weights are random (`maxpost.model.random_params`, numpy, the same on both sides), dtypes
 float32 and passed explicitly. The bounds come from two facts (DEVELOPERS.md, "Precision"):
 
 - at JAX's default precision a TPU rounds each float32 matmul input to bfloat16 (8 significant bits, relative error
@@ -95,7 +95,7 @@ _PARAMS: dict = {}
 
 def model_and_params(name: str):
     "(ModelConfig, numpy float32 params) of a preset or tiny model, random, seed 0; cached."
-    from maxpost.sft import model_config, random_params
+    from maxpost.model import model_config, random_params
     if name not in _PARAMS:
         mcfg = model_config(name)
         _PARAMS[name] = (mcfg, random_params(mcfg, 0))

@@ -14,8 +14,8 @@ import numpy as np
 import ml_dtypes
 
 from ..config import Config, load_config, output_dir, run_cli
-from ..model import ModelConfig, param_shapes
-from ..checkpoint import (CheckpointError, atomic_dir, check_against_preset, hf_to_params, load_checkpoint)
+from ..model import ModelConfig, model_config, param_shapes
+from ..checkpoint import CheckpointError, atomic_dir, load_any
 
 # %% auto #0
 __all__ = ['GEMMA3_SCAN_BLOCK', 'MAXTEXT_GLOBAL', 'maxtext_layer_names', 'embed_scale', 'interleave_rope', 'halve_rope',
@@ -154,7 +154,6 @@ def maxtext_items(path) -> Path | None:
 
 def load_maxtext(path, model_name: str, dtype=None) -> tuple[dict, ModelConfig]:
     "(maxpost params, ModelConfig) of a MaxText checkpoint of preset `model_name` (MaxText's checkpoints hold no config)."
-    from maxpost.sft import model_config
     items = maxtext_items(path)
     if items is None: raise CheckpointError(f"{path} is not a MaxText checkpoint (no Orbax items folder)")
     if not model_name:
@@ -174,17 +173,9 @@ def load_maxtext(path, model_name: str, dtype=None) -> tuple[dict, ModelConfig]:
     return params, cfg
 
 # %% ../../nbs/03e_maxtext.ipynb #a65dbff8
-def _source_params(load_parameters_path, model_name: str | None):
-    p = Path(load_parameters_path)
-    if (p / "config.json").exists() and not (p / "maxpost.json").exists():
-        params, cfg = hf_to_params(p)
-        if model_name: check_against_preset(cfg, model_name)
-    else: params, cfg, _ = load_checkpoint(p, model_name)
-    return params, cfg
-
 def to_maxtext(load_parameters_path, out_dir, model_name: str | None = None, scan_layers: bool = True) -> Path:
     "Write a maxpost checkpoint (or HF folder) as a MaxText checkpoint `out_dir/0/items` (Orbax, OCDBT as MaxText's)."
-    params, cfg = _source_params(load_parameters_path, model_name)
+    params, cfg, _ = load_any(load_parameters_path, model_name)
     tree = params_to_maxtext(params, cfg, scan_layers)
     del params
     with atomic_dir(out_dir) as tmp:

@@ -23,11 +23,11 @@ from ..config import ConfigError
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
 from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty,
                             policy_loss, rollout_is_weights, rollout_mismatch)
-from ..lora import init_lora, lora_axes, lora_shapes, lora_targets, lora_terms, merge_lora, trainer_weights
-from ..loop import RunLoop, jit_sharded, train_state_shardings
+from ..lora import lora_axes, lora_shapes, lora_targets, merge_lora
+from ..loop import RunLoop, jit_sharded
 from ..head_loss import frozen_head_nll, head_tiles, head_weight, map_position_chunks
-from ..sft import DTYPES
-from ..distributed import gather_host, gather_json, initialize, is_main_process, local_rows, process_allgather
+from ..trainer import Trainer, export_model, load_base, start_run
+from ..distributed import gather_host, gather_json, is_main_process, local_rows, process_allgather
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
 from .config import RLConfig, check_config, importance_sampling
@@ -53,26 +53,19 @@ def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256, tempe
     return map_position_chunks(one, hidden, targets, chunk_size)
 
 # %% ../../nbs/10c_rl_trainer.ipynb #48744af1
-class RLTrainer:
-    "Jitted log-prob and update programs for one model, config and mesh."
+class RLTrainer(Trainer):
+    "`maxpost.trainer.Trainer`'s weights, state and update, with RL's log-prob programs and one update per minibatch."
     def __init__(self, cfg: RLConfig, lc: LossConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: run config; lc: resolved loss config; mcfg: model shapes; base_params: name → array (maxpost layout)
-        self.cfg = cfg = cfg.for_backend()              # `auto` dtypes and remat for this backend (maxpost.loop)
-        self.lc, self.mcfg = lc, mcfg
-        self.mesh = mesh if mesh is not None else cfg.mesh()
-        self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
-        w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype)
-        base, abs_params = w.base, w.abs_params
-        self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
+        # the schedule (maxpost.loop.make_optimizer) runs over every update of the run
+        super().__init__(cfg, mcfg, base_params, mesh,
+                         n_updates=cfg.steps * cfg.num_iterations * cfg.num_minibatches)
+        cfg, self.lc = self.cfg, lc
         self.use_ref = lc.beta > 0
-        if cfg.use_lora: self.frozen, self.frozen_sh, self._base = base, w.base_sh, None   # reference: base, lora=None
-        else: self.frozen, self.frozen_sh, self._base = {}, {}, base
+        base = self.frozen if cfg.use_lora else self._base    # LoRA: the reference is the base with lora=None
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
         copy = lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jnp.copy(x)      # abstract: maxpost.aot
         self.ref = (base if cfg.use_lora else jax.tree.map(copy, base)) if self.use_ref else None
-        n_updates = cfg.steps * cfg.num_iterations * cfg.num_minibatches
-        self.opt, self.sched = cfg.optimizer(n_updates)     # maxpost.loop.make_optimizer over every update
-        self.state_sh = train_state_shardings(self.mesh, self.opt, abs_params, self.param_sh)
         self.recompute_old = cfg.num_iterations > 1 or cfg.num_minibatches > 1
         self.temperature = float(cfg.decode_sampling_temperature)   # log-probs of softmax(z/τ): the sampled policy
         self.tiles = head_tiles(self.mesh, cfg.loss_chunk_size)    # logits tiles of a frozen head (maxpost.head_loss)
@@ -96,22 +89,6 @@ class RLTrainer:
         self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, self.rows_sh),
                                    (self.state_sh, None), donate_argnums=(0,))
 
-    def _init_lora(self, key):
-        return init_lora(self.mcfg, self.cfg.lora_rank, self.lora_names, key)
-
-    def init_state(self) -> dict:
-        "Step 0 on the state's shardings: fresh LoRA (or the base weights), zero Adam moments, the RNG of `init_weights_seed`."
-        k_lora, k_run = jax.random.split(jax.random.key(self.cfg.init_weights_seed))
-        if self.cfg.use_lora: params = jax.jit(self._init_lora, out_shardings=self.param_sh)(k_lora)
-        else: params, self._base = self._base, None        # the state owns (and donates) the base weights
-        opt_state = jax.jit(self.opt.init, out_shardings=self.state_sh["opt_state"])(params)
-        return {"step": self.replicate(jnp.zeros((), jnp.int32)), "params": params, "opt_state": opt_state,
-                "rng": self.replicate(jax.random.key_data(k_run))}
-
-    def replicate(self, x):
-        "`x` replicated on the mesh, where the state keeps its step and RNG."
-        return jax.device_put(x, self.state_sh["step"])
-
     def put(self, batch: dict) -> dict:
         "A batch (numpy) on the mesh, its rows split over data × fsdp (`rows_sh`); with several processes, this process's rows."
         N = jax.process_count()
@@ -126,15 +103,10 @@ class RLTrainer:
             out[k] = jax.make_array_from_process_local_data(self.rows_sh, v, (N * v.shape[0], *v.shape[1:]))
         return out
 
-    def model_and_lora(self, trainable, frozen):
-        "(Decoder, lora argument) for trainable params."
-        if self.cfg.use_lora: return nnx.merge(self.graphdef, frozen), lora_terms(trainable, self.lora_scale)
-        return nnx.merge(self.graphdef, trainable), None
-
     def _forward(self, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True):
         """(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion
         positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles."""
-        model, lora = self.model_and_lora(trainable, frozen)
+        model, lora = self.model_inputs(trainable, frozen)
         if not policy: lora = None
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
@@ -182,8 +154,7 @@ class RLTrainer:
     def _update_fn(self, state, frozen, mb):
         params = state["params"]
         (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(params, frozen, mb)
-        updates, opt_state = self.opt.update(g, state["opt_state"], params)
-        params = optax.apply_updates(params, updates)
+        params, opt_state = self.apply_grads(state, g)
         m = dict(m, loss=loss, grad_norm=optax.global_norm(g), lr=self._lr(state))
         return {**state, "params": params, "opt_state": opt_state}, m
 
@@ -312,8 +283,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
 
 # %% ../../nbs/10c_rl_trainer.ipynb #50ec98e7
 def load_policy_base(cfg: RLConfig, mesh=None):
-    "(model config, base params, tokenizer) of the run (`maxpost.sft.load_base`); a checkpoint of another model raises."
-    from maxpost.sft import load_base
+    "(model config, base params, tokenizer) of the run (`maxpost.trainer.load_base`); a checkpoint of another model raises."
     from maxpost.engine import load_tokenizer
     mcfg, params, tok_dir = load_base(cfg, mesh)
     if cfg.dataset_type == "synthetic":
@@ -383,12 +353,10 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     "Run (or resume) RL as `cfg` says, as a step function on maxpost.loop.RunLoop; returns a summary."
     # extra_rewards: reward functions `fn(prompts, completions, **columns) -> list[float]` defined in Python (a
     # notebook), used after those `cfg` names; `reward_weights`, when set, has one weight for each of them all
-    initialize(cfg)                             # joins a multi-process run (maxpost.distributed)
-    cfg = cfg.for_backend()                     # `auto` dtypes and remat for this backend (maxpost.loop)
+    cfg, mesh = start_run(cfg)                  # joins a multi-process run, `auto` keys resolved (maxpost.trainer)
     lc = check_config(cfg)
     fns, weights = load_rewards(cfg, extra_rewards)
     check_dataset(cfg)
-    mesh = cfg.mesh()
     mcfg, base, tok, tok_dir = load_policy_base(cfg, mesh)
     train_rows, skipped = load_prompts(cfg, tok, cfg.train_split, None if cfg.num_train_rows < 0 else cfg.num_train_rows)
     eval_rows = []
@@ -442,12 +410,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     main = is_main_process()                    # process 0 alone wrote metrics.jsonl and writes plots and the model
     records = [json.loads(l) for l in run.metrics_path.read_text().splitlines() if l.strip()] if main else []
     plots = _plot(run_dir, records, before, after) if main else []
-    model_dir = None
-    if cfg.save_model and summary["steps"] > 0 and (summary["steps"] == cfg.steps or summary["stopped"] == "time"):
-        from maxpost.checkpoint import save_checkpoint
-        p = {k: process_allgather(v) for k, v in trainer.engine_params(state).items()}   # every process gathers
-        if main: model_dir = save_checkpoint(run_dir / "model", p, mcfg, model_name=cfg.model_name or None,
-                                             tokenizer_dir=tok_dir, overwrite=True)
+    model_dir = export_model(cfg, summary, trainer, state, run_dir, tok_dir)    # every process gathers, 0 writes
     times = {k[5:]: float(np.sum([r[k] for r in records])) for k in (records[0] if records else {}) if k.startswith("time/")}
     return {"run_dir": str(run_dir), "steps": summary["steps"], "start_step": start,
             "reward_mean_last": records[-1]["reward_mean"] if records else None, "skipped_long_prompts": skipped,
