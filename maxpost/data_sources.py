@@ -30,10 +30,13 @@ def _looks_local(s: str) -> bool:
     return s.startswith(("/", "./", "../", "~")) or Path(s).suffix.lower() in _BUILDERS
 
 def _nonempty(s: str, load):
-    "`load()`, with `datasets`' errors for an empty file (StopIteration) or a folder without data files as DataLoadError."
+    """`load()`, with `datasets`' errors for no data as one DataLoadError: an empty file (StopIteration), blank lines
+    (ValueError '… corresponds to no data'), a folder without data files (EmptyDatasetError), an empty saved dataset
+    (IndexError)."""
     from datasets.data_files import EmptyDatasetError    # datasets is heavy: imported when data is loaded
     try: return load()
-    except (StopIteration, EmptyDatasetError) as e:
+    except (StopIteration, EmptyDatasetError, IndexError, ValueError) as e:
+        if isinstance(e, ValueError) and "corresponds to no data" not in str(e): raise
         raise DataLoadError(f"{s}: no data: an empty file, or a folder without {'/'.join(sorted(set(_BUILDERS.values())))} "
                             f"files") from e
 
@@ -52,7 +55,7 @@ def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=No
         ds = _nonempty(s, lambda: datasets.load_dataset(builder, data_files={split: str(p)}, split=split))
     elif p.is_dir():
         if any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
-            ds = datasets.load_from_disk(str(p))
+            ds = _nonempty(s, lambda: datasets.load_from_disk(str(p)))
             if isinstance(ds, datasets.DatasetDict):
                 if split not in ds: raise DataLoadError(f"{s} has splits {list(ds)}, not {split!r}")
                 ds = ds[split]
