@@ -1,6 +1,6 @@
-"""A task small enough for the tiny test models: single-digit additions with their own tokenizer and reward,
-an SFT warm start, and the RL experiment that the tests and the RL notebook run; the float32 tolerance that a TPU's
-transcendental functions need. Not used by the product.
+"""For tests only: an SFT warm start on the built-in addition task (`maxpost.addition`, re-exported here), the RL
+experiment that the tests and the RL notebook run, and the float32 tolerance that a TPU's transcendental functions
+need. No product module imports it.
 
 Docs: https://maxpost.github.io/maxpost/testing.html.md"""
 
