@@ -176,9 +176,10 @@ def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: l
     if not owners: raise unknown(prefix + key)
     _resolve(cls, f"{owners[0]}.{key}", v, where, text, root, prefix, out, origin)
 
-def nest(d: dict, cls: Type[Config], where: str, text: bool = False) -> dict:
+def nest(d: dict, cls: Type[Config], where: str, text: bool = False, origins: dict | None = None) -> dict:
     """`d` (flat, dotted, nested or aliased keys, from one place) as a nested dict of `cls`'s fields; `text`: values
-    are raw command-line text. An alias and its key both set in `d` is an error naming both."""
+    are raw command-line text. An alias and its key both set in `d` is an error naming both. `origins`: filled with
+    dotted key → the spelling the user wrote (an alias, `rl.x`), for errors that must name it."""
     found: list = []
     for k, v in d.items(): _resolve(cls, str(k), v, where, text, cls, "", found, str(k))
     groups: dict = {}
@@ -196,6 +197,7 @@ def nest(d: dict, cls: Type[Config], where: str, text: bool = False) -> dict:
         if key in seen and seen[key] != origin:
             raise ConfigError(f"{seen[key]!r} and {origin!r} both set {key!r} in {where}; keep one", key=key)
         seen[key] = origin
+        if origins is not None: origins[key] = origin
         node = out
         *heads, last = key.split(".")
         for h in heads: node = node.setdefault(h, {})
@@ -240,8 +242,9 @@ def read_yaml(path) -> dict:
     if not isinstance(d, dict): raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys, got {type(d).__name__}")
     return d
 
-def _validation_error(e: ValidationError) -> ConfigError:
-    "The first error of `e` as a ConfigError naming its (dotted) key."
+def _validation_error(e: ValidationError, origins: dict | None = None) -> ConfigError:
+    """The first error of `e` as a ConfigError naming its (dotted) key; when the user wrote another spelling
+    (`origins`: key → spelling, from `nest`), the message names that spelling first and the key after it."""
     err = e.errors()[0]
     key = ".".join(str(x) for x in err["loc"])
     exc = (err.get("ctx") or {}).get("error")
@@ -249,7 +252,9 @@ def _validation_error(e: ValidationError) -> ConfigError:
     if not key: key = getattr(exc, "key", None) or ""
     got = f" (got {err['input']!r})" if err["loc"] and "input" in err else ""
     if not key: return ConfigError(f"bad config: {msg}")
-    return ConfigError(f"bad value for {key!r}: {msg}{got}", key=key)
+    typed = (origins or {}).get(key, key)
+    name = repr(key) if typed == key else f"{typed!r} ({key!r})"
+    return ConfigError(f"bad value for {name}: {msg}{got}", key=key)
 
 def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Path | None = None, **defaults) -> T:
     "Build `cls` from: its defaults < `defaults` < base YAML < model_overrides[model_name] < argv YAML < argv key=value."
@@ -258,17 +263,18 @@ def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Pa
     base = read_yaml(base_yaml) if base_yaml is not None else {}
     user = read_yaml(yml) if yml is not None else {}
     overrides = _merge(base.pop("model_overrides", None) or {}, user.pop("model_overrides", None) or {})
-    layers = [nest(defaults, cls, "defaults"), nest(base, cls, str(base_yaml)), None,
-              nest(user, cls, str(yml)), nest(kv, cls, "command line", text=True)]
+    origins: dict[str, str] = {}      # dotted key → the spelling the user wrote; later layers win, as values do
+    layers = [nest(defaults, cls, "defaults", origins=origins), nest(base, cls, str(base_yaml), origins=origins),
+              None, nest(user, cls, str(yml), origins=origins), nest(kv, cls, "command line", text=True, origins=origins)]
     name = next((l["model_name"] for l in layers[::-1] if l and "model_name" in l), None)
     if name is None and "model_name" in cls.model_fields: name = cls.model_fields["model_name"].default
     if name in overrides:    # the model's section: above the base YAML, below the user's YAML and the command line
-        layers[2] = nest(overrides[name], cls, f"model_overrides[{name}]")
+        layers[2] = nest(overrides[name], cls, f"model_overrides[{name}]", origins=origins)
     merged: dict[str, Any] = {}
     for d in layers:
         if d: merged = _merge(merged, d)
     try: return cls(**merged)
-    except ValidationError as e: raise _validation_error(e) from None
+    except ValidationError as e: raise _validation_error(e, origins) from None
 
 def dump_config(cfg: Config, path):
     "Write the resolved config as YAML (the run folder keeps it next to the checkpoints; `load_config` reads it back)."

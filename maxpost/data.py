@@ -47,7 +47,8 @@ def detect_schema(columns: Iterable[str]) -> str:
 
 # %% ../nbs/04_data.ipynb #5fc670ed
 from .rewards.answers import content_text
-from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_reasoning, load_qa_dataset
+from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, gsm8k_reasoning
+from .datasets import load_qa_dataset
 
 CALCULATOR_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's '<<48/2=24>>'
 ANSWER_FORMATS = {"gsm8k": "plain", "tags": "maxtext_gsm8k", "raw": None}  # answer format -> rewards template
@@ -412,24 +413,26 @@ class SFTDataIterator:
 
 # %% ../nbs/04_data.ipynb #4b09e9d2
 def default_sft_dataset(split: str = "train", num_rows: int | None = None, answer_format: str = "gsm8k",
-                        prompt_template: str | Callable | None = None, dataset: str = "gsm8k"):
-    "A built-in dataset's `split` (`QA_DATASETS`) as a `datasets.Dataset` with question, answer and the `messages`."
+                        prompt_template: str | Callable | None = None, dataset: str = "gsm8k", rows: list | None = None):
+    "A built-in dataset's `split` (`QA_DATASETS`; or its `rows`, read already) as a `datasets.Dataset` with question, answer and the `messages`."
     import datasets
-    rows = load_qa_dataset(dataset, split, num_rows)
+    rows = load_qa_dataset(dataset, split, num_rows) if rows is None else rows
     q, a = [r["question"] for r in rows], [r["answer"] for r in rows]
     msgs = [to_messages({"question": x, "answer": y}, "question_answer", prompt_template, answer_format)
             for x, y in zip(q, a)]
     return datasets.Dataset.from_dict({"question": q, "answer": a, "messages": msgs})
 
-def load_sft_examples(tokenizer, max_target_length: int, path_or_id: str | None = None, split: str = "train",
+def load_sft_examples(tokenizer, max_target_length: int, path_or_id=None, split: str = "train",
                       num_rows: int | None = None, **kw) -> tuple[list[SFTExample], DataReport]:
-    "Load (built-in `dataset`, GSM8K by default, when `path_or_id` is None) and tokenize: examples and report; `kw` goes to `tokenize_sft`."
-    if path_or_id is None:
+    """Load and tokenize: examples and report; `kw` goes to `tokenize_sft`. `path_or_id`: a source `load_sft_dataset`
+    reads, a `datasets.Dataset` read already, built-in question/answer rows (a list), or None: built-in `dataset`."""
+    if path_or_id is None or isinstance(path_or_id, list):
         ds = default_sft_dataset(split, num_rows, kw.pop("answer_format", "gsm8k"), kw.pop("prompt_template", None),
-                                 kw.pop("dataset", "gsm8k"))
+                                 kw.pop("dataset", "gsm8k"), rows=path_or_id)
     else:
         src = {k: kw.pop(k, None) for k in ("data_files", "name", "data_dir")}
-        ds = load_sft_dataset(path_or_id, split, num_rows=num_rows, **src)
+        ds = (load_sft_dataset(path_or_id, split, num_rows=num_rows, **src) if isinstance(path_or_id, (str, Path))
+              else path_or_id)
         if kw.get("columns"):
             from maxpost.data_sources import select_columns
             ds = select_columns(ds, kw["columns"], kw.get("columns_key", "train_data_columns"))

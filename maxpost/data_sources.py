@@ -29,6 +29,17 @@ def _looks_local(s: str) -> bool:
     "True for strings that can only mean a local path (so a typo is not sent to the hub)."
     return s.startswith(("/", "./", "../", "~")) or Path(s).suffix.lower() in _BUILDERS
 
+def _nonempty(s: str, load):
+    """`load()`, with `datasets`' errors for no data as one DataLoadError: an empty file (StopIteration), blank lines
+    (ValueError '… corresponds to no data'), a folder without data files (EmptyDatasetError), an empty saved dataset
+    (IndexError)."""
+    from datasets.data_files import EmptyDatasetError    # datasets is heavy: imported when data is loaded
+    try: return load()
+    except (StopIteration, EmptyDatasetError, IndexError, ValueError) as e:
+        if isinstance(e, ValueError) and "corresponds to no data" not in str(e): raise
+        raise DataLoadError(f"{s}: no data: an empty file, or a folder without {'/'.join(sorted(set(_BUILDERS.values())))} "
+                            f"files") from e
+
 def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=None, num_rows: int | None = None,
                      name: str | None = None, data_dir: str | None = None):
     "A `datasets.Dataset` from a local file or folder, a `save_to_disk` folder, or a hub id."
@@ -41,14 +52,15 @@ def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=No
     if p.is_file():
         builder = _BUILDERS.get(p.suffix.lower())
         if builder is None: raise DataLoadError(f"{s}: unknown file type {p.suffix!r}; known: {', '.join(_BUILDERS)}")
-        ds = datasets.load_dataset(builder, data_files={split: str(p)}, split=split)
+        ds = _nonempty(s, lambda: datasets.load_dataset(builder, data_files={split: str(p)}, split=split))
     elif p.is_dir():
         if any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
-            ds = datasets.load_from_disk(str(p))
+            ds = _nonempty(s, lambda: datasets.load_from_disk(str(p)))
             if isinstance(ds, datasets.DatasetDict):
                 if split not in ds: raise DataLoadError(f"{s} has splits {list(ds)}, not {split!r}")
                 ds = ds[split]
-        else: ds = datasets.load_dataset(str(p), name, split=split, data_files=data_files, data_dir=data_dir)
+        else: ds = _nonempty(s, lambda: datasets.load_dataset(str(p), name, split=split, data_files=data_files,
+                                                              data_dir=data_dir))
     elif _looks_local(s): raise DataLoadError(f"{s}: no such file or folder")
     else:
         try: ds = datasets.load_dataset(s, name, split=split, data_files=data_files, data_dir=data_dir)
@@ -56,6 +68,7 @@ def load_sft_dataset(path_or_id: str | Path, split: str = "train", data_files=No
             raise DataLoadError(f"could not load {s!r}: it is not a local file or folder, and the Hugging Face hub "
                                 f"did not provide it ({type(e).__name__}: {e}). Without network, pass a local "
                                 f"JSON/JSONL/Parquet file or a save_to_disk folder.") from e
+    if len(ds) == 0: raise DataLoadError(f"{s}: the {split!r} split has no rows")
     if num_rows is not None: ds = ds.select(range(min(num_rows, len(ds))))
     return ds
 
@@ -66,10 +79,9 @@ def split_files(files) -> list[str]:
     return [str(f).strip() for f in items if str(f).strip()]
 
 def hub_kwargs(cfg, split: str) -> dict:
-    "load_sft_dataset's `name`, `data_dir` and `data_files` from `cfg`'s hf_name/hf_subset, hf_data_dir, hf_train_files."
-    name = getattr(cfg, "hf_name", "") or getattr(cfg, "hf_subset", "") or None
-    files = split_files(getattr(cfg, "hf_train_files", "")) if split == getattr(cfg, "train_split", "train") else []
-    return dict(name=name, data_dir=getattr(cfg, "hf_data_dir", "") or None, data_files={split: files} if files else None)
+    "load_sft_dataset's `name`, `data_dir` and `data_files` from `cfg`'s hf_name, hf_data_dir, hf_train_files (`DataKeys`)."
+    files = split_files(cfg.hf_train_files) if split == cfg.train_split else []
+    return dict(name=cfg.hf_name or None, data_dir=cfg.hf_data_dir or None, data_files={split: files} if files else None)
 
 # %% ../nbs/04c_data_sources.ipynb #d32e68d5
 def select_columns(ds, columns, key: str = "train_data_columns"):
@@ -125,11 +137,7 @@ def row_template_kwargs(kw: dict, row: dict) -> dict:
 # %% ../nbs/04c_data_sources.ipynb #4f8a9d62
 from .config import alias
 
-SFT_ALIASES = (   # TRL's SFTConfig / `trl sft` spellings of SFT's keys
-    alias("dataset_name", "hf_path", source="TRL", example="dataset_name=trl-lib/Capybara"),
-    alias("dataset_config", "hf_name", source="TRL", example="dataset_config=main"),
-    alias("dataset_train_split", "train_split", source="TRL"),
-    alias("dataset_test_split", "hf_eval_split", source="TRL"),
+SFT_ALIASES = (   # TRL's SFTConfig / `trl sft` spellings of SFT's own keys (the data keys': maxpost.datasets)
     alias("dataset_text_field", "train_data_columns", lambda dataset_text_field: {"train_data_columns": [dataset_text_field]},
           source="TRL", note="the one text column: every token trained", example="dataset_text_field=text"),
     alias("per_device_train_batch_size", "per_device_batch_size", source="TRL"),

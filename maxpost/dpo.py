@@ -19,6 +19,7 @@ from flax import nnx
 from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_line, user_errors
 from .checkpoint import CheckpointError, load_any
 from .loop import jit_sharded
+from .datasets import read_rows
 from .model import PARAM_AXES, param_shapes
 from .sharding import batch_sharding, tree_shardings
 from .distributed import is_main_process, process_allgather
@@ -211,7 +212,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        from maxpost.data_sources import hub_kwargs, with_chat_template
+        from maxpost.data_sources import with_chat_template
         tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         if cfg.dataset_type == "gsm8k" and not (cfg.hf_path or source):   # as in SFT, a named dataset wins
             if not cfg.load_parameters_path: raise ConfigError("dataset_type=gsm8k samples the model's own answers: "
@@ -223,15 +224,10 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
             data, _ = gsm8k_pairs(engine, tok, split, rows or GSM8K_DEFAULT_ROWS,
                                   model_id=model_identity(cfg.load_parameters_path), seed=seed,
                                   temperature=cfg.dpo.rejected_temperature, max_tokens=cfg.dpo.rejected_max_tokens)
-            where, key = "gsm8k", "dataset_type"
+            where = "gsm8k"
         else:
-            from maxpost.data_sources import load_sft_dataset
-            if not (cfg.hf_path or source): raise ConfigError("dataset_type=hf needs hf_path", key="hf_path")
-            key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
-            try: data = load_sft_dataset(where, split, num_rows=rows, **hub_kwargs(cfg, split))
-            except Exception as e:
-                if not isinstance(e, user_errors()): raise
-                raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e
+            where = source or cfg.hf_path
+            data = read_rows(cfg, split, rows, source)    # the registry (maxpost.datasets); its errors name the key
         ckey = "eval_data_columns" if held_out and cfg.eval_data_columns else "train_data_columns"
         cols = getattr(cfg, ckey)
         try: pairs, report = tokenize_preferences(data, tok, cfg.max_target_length, cols or None,

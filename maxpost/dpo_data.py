@@ -182,7 +182,8 @@ def gsm8k_pairs(engine, tokenizer, split: str = "train", num_rows: int = 256, *,
     # engine: a maxpost.engine Engine (only called on a cache miss; may be a function returning one)
     # model_id: identifies the weights in the cache key and the provenance (e.g. `model_identity(path)`)
     from maxpost.engine import SamplingParams, chat_prompt_ids
-    from maxpost.rewards.gsm8k import build_prompt, format_gold, load_qa_dataset
+    from maxpost.rewards.gsm8k import build_prompt, format_gold
+    from maxpost.datasets import load_qa_dataset
     from maxpost.rewards.answers import extract_answer, is_correct
     settings = {"dataset": "gsm8k", "split": split, "num_rows": num_rows, "template": GSM8K_PAIR_TEMPLATE,
                 "engine": "native", "temperature": temperature, "max_tokens": max_tokens, "seed": seed, "samples": 1}

@@ -20,15 +20,15 @@ from .metrics import format_summary, paired_difference, read_jsonl, summarize, w
 from .data_sources import prompt_messages
 from .model import PRESETS, Decoder
 from .rewards.answers import extract_answer, is_correct
-from .rewards.gsm8k import (PROMPT_TEMPLATES, QA_DATASETS, build_prompt, format_gold, format_ok, load_gsm8k,
-                                    load_qa_dataset)
+from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, format_ok, load_gsm8k
+from .datasets import QA_DATASETS, load_qa_dataset
 
 # %% auto #0
 __all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'render_prompts', 'headline', 'evaluate',
            'compare_runs', 'main']
 
 # %% ../nbs/08b_evaluate.ipynb #a4e85d91
-DATASETS = QA_DATASETS                  # gsm8k (shipped) | arithmetic (generated): maxpost.rewards.gsm8k.load_qa_dataset
+DATASETS = QA_DATASETS                  # gsm8k (shipped) | arithmetic (generated): maxpost.datasets.load_qa_dataset
 EVAL_MODES = ("pass_at_1", "pass", "maj")
 
 def load_dataset(name: str, split: str = "test") -> list[dict]:

@@ -24,7 +24,8 @@ from .head_loss import fused_nll_sum, head_tiles, head_weight, token_nll
 from .metrics import bootstrap_ci
 from .model import ModelConfig
 from .model import DTYPES, model_config, random_params   # re-exported: their home before maxpost.model
-from .rewards.gsm8k import PROMPT_TEMPLATES, QA_DATASETS
+from .rewards.gsm8k import PROMPT_TEMPLATES
+from .datasets import DataKeys, read_rows
 from .distributed import is_main_process, main_print, process_allgather
 from .sharding import batch_sharding
 from .trainer import Trainer, load_base, run_training, start_run   # load_base: re-exported, as above
@@ -34,32 +35,22 @@ __all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synt
            'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
-class SFTConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
-    "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora) and SFT's own."
-    # data
-    dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"   # gsm8k, arithmetic: built in
-    # (maxpost.rewards.gsm8k.load_qa_dataset); hf: any source maxpost.data_sources.load_sft_dataset reads
-    hf_path: str = ""                           # dataset_type=hf: a local json/jsonl/parquet file or folder, or a hub id
+class SFTConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora, maxpost.datasets) and SFT's own."
+    # data (the keys of maxpost.datasets.DataKeys, and SFT's own)
+    dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"   # maxpost.datasets.DATASETS
     prompt_template: Literal[("",) + tuple(PROMPT_TEMPLATES)] = ""   # question/answer rows: the user turn in this
     # maxpost.rewards template (as RL and evaluate render it); "": the question as is
-    train_split: str = "train"
-    hf_eval_split: str = "test"                 # held-out split for eval_interval
-    hf_eval_files: str = ""                     # held-out data from another file/folder/hub id (default: hf_path)
-    hf_name: str = ""                           # the hub dataset's configuration (hf_path=openai/gsm8k hf_name=main)
-    hf_data_dir: str = ""                       # a sub-folder of hf_path (load_dataset's data_dir)
-    hf_train_files: str = ""                    # train data files, comma-separated (hf_path a builder: json, parquet)
     train_data_columns: list[str] | str = []    # the data's columns: [messages] or [text], or [prompt, completion]; []: detect
     eval_data_columns: list[str] | str = []     # the same for the held-out data
     use_chat_template: bool = True              # false (or no template): prompt + completion joined as raw text
     chat_template_path: str = ""                # a Jinja/JSON chat template or tokenizer folder, replacing the tokenizer's
     key_aliases = SFT_ALIASES                   # TRL's spellings (maxpost.data_sources; the config notebook's alias table)
-    num_train_rows: int = -1                    # use the first rows only (-1: all)
     num_eval_rows: int = 256                    # held-out rows loaded (-1: all)
     synthetic_task: Literal["reverse", "copy"] = "reverse"   # dataset_type=synthetic: token-level toy task
     max_target_length: Annotated[int, Field(ge=2)] = 1024
     sft_train_on_completion_only: bool = True
     packing: bool = True
-    data_shuffle_seed: int = 0
     # batch and loss
     per_device_batch_size: PosFloat = 2.0       # global batch = per_device_batch_size × devices
     gradient_accumulation_steps: PosInt = 1     # micro-batches per optimizer step
@@ -159,16 +150,14 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        from maxpost.data_sources import hub_kwargs, with_chat_template
+        from maxpost.data_sources import with_chat_template
         tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         cols = ("eval_data_columns", cfg.eval_data_columns) if split != cfg.train_split else ("train_data_columns", cfg.train_data_columns)
-        src = dict(hub_kwargs(cfg, split) if not source else {}, columns=cols[1], columns_key=cols[0],
-                   use_chat_template=cfg.use_chat_template)
-        if cfg.dataset_type == "hf" and not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
         key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
-        builtin = {"dataset": cfg.dataset_type} if cfg.dataset_type in QA_DATASETS and not where else {}
-        try: ex, report = load_sft_examples(tok, cfg.max_target_length, where or None, split, rows,
-                                            prompt_template=cfg.prompt_template or None, **builtin, **src)
+        data = read_rows(cfg, split, rows, source)    # the registry (maxpost.datasets); its errors name the key
+        try: ex, report = load_sft_examples(tok, cfg.max_target_length, data, split, rows, columns=cols[1],
+                                            columns_key=cols[0], use_chat_template=cfg.use_chat_template,
+                                            prompt_template=cfg.prompt_template or None)
         except Exception as e:     # a missing source (DataLoadError) or a file that does not parse (datasets' error)
             if not isinstance(e, user_errors()): raise
             raise ConfigError(f"{key}={where!r}: {error_line(e)}", key=key) from e

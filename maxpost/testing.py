@@ -1,6 +1,6 @@
-"""A task small enough for the tiny test models: single-digit additions with their own tokenizer and reward,
-an SFT warm start, and the RL experiment that the tests and the RL notebook run; the float32 tolerance that a TPU's
-transcendental functions need. Not used by the product.
+"""For tests only: an SFT warm start on the built-in addition task (`maxpost.addition`, re-exported here), the RL
+experiment that the tests and the RL notebook run, and the float32 tolerance that a TPU's transcendental functions
+need. No product module imports it.
 
 Docs: https://maxpost.github.io/maxpost/testing.html.md"""
 
@@ -20,43 +20,15 @@ from .rl.rollout import OneStepOff, PromptStream, evaluate_rows
 from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 # %% auto #0
-__all__ = ['PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'TEST_REWARDS', 'TPU_TRANSCENDENTAL_RTOL', 'DigitTokenizer',
-           'addition_rows', 'addition_split', 'addition_answer', 'addition_sft_batch', 'sft_addition',
-           'addition_config', 'addition_accuracy', 'addition_experiment', 'on_tpu', 'f32_tol']
+__all__ = ['TPU_TRANSCENDENTAL_RTOL', 'addition_sft_batch', 'sft_addition', 'addition_config', 'addition_accuracy',
+           'addition_experiment', 'on_tpu', 'f32_tol', 'PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'DigitTokenizer',
+           'addition_rows', 'addition_split', 'addition_answer']
 
 # %% ../nbs/91_testing.ipynb #1f775c7d
-PAD, BOS, EOS, PLUS, EQ, DIGIT0 = 0, 1, 2, 3, 4, 5      # token ids of the addition task; '0'..'9' are 5..14
-
-class DigitTokenizer:
-    "The addition task's tokenizer: digits, '+', '=' and <eos>; enough of the HF interface for the engine."
-    eos_token_id, bos_token_id, pad_token_id, bos_token, name_or_path = EOS, BOS, PAD, "<bos>", ""
-    _SYM = {PLUS: "+", EQ: "="} | {DIGIT0 + i: str(i) for i in range(10)}
-    _IDS = {v: k for k, v in _SYM.items()}
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        "Ids of `text` (digits, '+', '='), <bos> first."
-        return ([BOS] if add_special_tokens else []) + [self._IDS[c] for c in text if c in self._IDS]
-    def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        "Text of `ids`; <bos>/<eos>/padding dropped, unknown ids as '?'."
-        return "".join(self._SYM.get(int(i), "" if int(i) in (PAD, BOS, EOS) else "?") for i in ids)
-    def batch_decode(self, seqs, skip_special_tokens: bool = True) -> list[str]:
-        return [self.decode(s) for s in seqs]
-
-def addition_rows(pairs: Sequence[tuple[int, int]]) -> list[dict]:
-    "Dataset rows {prompt, prompt_ids, answer} for `pairs` of digits."
-    tok = DigitTokenizer()
-    return [{"prompt": f"{a}+{b}=", "prompt_ids": tok.encode(f"{a}+{b}="), "answer": str(a + b)} for a, b in pairs]
-
-def addition_split(held_out: int = 24, seed: int = 0) -> tuple[list, list]:
-    "(train pairs, held-out pairs) of the 100 single-digit additions, a fixed random split."
-    pairs = [(a, b) for a in range(10) for b in range(10)]
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    return [pairs[i] for i in order[held_out:]], [pairs[i] for i in order[:held_out]]
-
-def addition_answer(prompts, completions, answer, **cols) -> list[float]:
-    "1.0 when the completion is exactly the sum (TRL signature; column `answer`)."
-    return [1.0 if str(c).strip() == str(a) else 0.0 for c, a in zip(completions, answer)]
-
-TEST_REWARDS = {"addition_answer": addition_answer}   # reward names that RL configs may use
+from .addition import (PAD, BOS, EOS, PLUS, EQ, DIGIT0, DigitTokenizer, addition_answer, addition_rows,
+                              addition_split)
+_all_ = ["PAD", "BOS", "EOS", "PLUS", "EQ", "DIGIT0", "DigitTokenizer", "addition_rows", "addition_split",
+         "addition_answer"]   # the task is a built-in dataset now (maxpost.addition); tests still import it from here
 
 # %% ../nbs/91_testing.ipynb #1325f1b4
 def addition_sft_batch(pairs, T: int = 8) -> dict:
@@ -88,7 +60,7 @@ def sft_addition(steps: int = 60, batch: int = 32, learning_rate: float = 1e-2, 
 
 def addition_config(loss_algo: str = "grpo", steps: int = 60, **kw) -> RLConfig:
     "The RL config of the addition experiment (16 prompts × 8 samples, 2 iterations per batch)."
-    d = dict(model_name="tiny-llama", dataset_type="synthetic", reward_functions="addition_answer",
+    d = dict(model_name="tiny-llama", dataset_type="addition", reward_functions="addition_answer",
              loss_algo=loss_algo, batch_size=16, num_generations=8, max_prefill_predict_length=5,
              max_completion_length=3, steps=steps, learning_rate=2e-3, loss_chunk_size=1024, num_iterations=2,
              eval_before_after=False, enable_tqdm=False)

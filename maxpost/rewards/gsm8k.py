@@ -14,8 +14,8 @@ from typing import Sequence
 from .answers import MAX_COMPLETION_CHARS, last_hash, completion_text, normalize_number
 
 # %% auto #0
-__all__ = ['QA_DATASETS', 'PROMPT_TEMPLATES', 'gsm8k_path', 'load_gsm8k', 'format_gold', 'gsm8k_reasoning', 'load_qa_dataset',
-           'PromptTemplate', 'get_template', 'render_solution', 'build_prompt', 'format_ok']
+__all__ = ['PROMPT_TEMPLATES', 'gsm8k_path', 'load_gsm8k', 'format_gold', 'gsm8k_reasoning', 'PromptTemplate', 'get_template',
+           'render_solution', 'build_prompt', 'format_ok']
 
 # %% ../../nbs/07c_gsm8k.ipynb #bd26b352
 def _package_dir() -> Path:
@@ -54,17 +54,6 @@ def gsm8k_reasoning(answer_field: str) -> str:
     s = str(answer_field)
     cut = s.rfind("####")
     return re.sub(r"<<[^<>]*>>", "", s[:cut] if cut >= 0 else s).strip()
-
-# %% ../../nbs/07c_gsm8k.ipynb #0ccc215f
-QA_DATASETS = ("gsm8k", "arithmetic")   # built-in datasets of question / answer ('… #### N') rows
-
-def load_qa_dataset(name: str, split: str = "train", n: int | None = None) -> list[dict]:
-    "The first `n` rows (all when None) of built-in dataset `name`'s `split` ('train' | 'test')."
-    if name == "gsm8k": return load_gsm8k(split, n)
-    if name == "arithmetic":
-        from maxpost.arithmetic import load_arithmetic
-        return load_arithmetic(split, n)
-    raise ValueError(f"unknown dataset {name!r}; built in: {', '.join(QA_DATASETS)}")
 
 # %% ../../nbs/07c_gsm8k.ipynb #da393484
 @dataclass(frozen=True)

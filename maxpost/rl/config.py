@@ -11,9 +11,10 @@ import dataclasses, math, sys
 from typing import Annotated, Literal, get_type_hints
 
 import jax
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt, alias
+from ..datasets import DATASETS, DataKeys
 from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
 from ..lora import LoRAKeys
 from ..losses import IS_MODES, LossConfig, resolve_loss_config, LOSS_PRESETS
@@ -64,10 +65,6 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
           note="greedy: temperature 0 (MaxText: 0.01, top_k 1); standard: 0.7, 50, 0.95; liberal: 0.85, 2000, 1.0",
           example="eval_sampling_strategy=standard"),
     alias("eval_num_samples", "num_eval_passes", source="maxpost (before)"),
-    alias("dataset_name", ("hf_path", "dataset_type"), lambda dataset_name: {"hf_path": dataset_name, "dataset_type": "hf"},
-          source="TRL", example="dataset_name=openai/gsm8k"),
-    alias("dataset_config", "hf_subset", source="TRL", example="dataset_config=main"),
-    alias("dataset_train_split", "train_split", source="TRL"), alias("dataset_test_split", "eval_split", source="TRL"),
     alias("reward_funcs", "reward_functions", lambda reward_funcs: {"reward_functions": reward_funcs if isinstance(
           reward_funcs, str) else ",".join(map(str, reward_funcs))}, source="TRL", note="TRL's names (accuracy_reward, "
           "think_format_reward, …) with TRL's meaning, maxpost's, or a dotted path; several: `--reward_funcs a b`",
@@ -76,8 +73,8 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
     alias("temperature", "decode_sampling_temperature", source="TRL"),
 )
 
-class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
-    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora), RL's own keys."
+class RLConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.datasets), RL's own keys."
     # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
     learning_rate: NonNegFloat = 1e-6
     warmup_steps_fraction: Fraction = 0.0
@@ -88,21 +85,13 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     checkpoint_period: NonNegInt = 25       # 0: only at the end
     checkpoint_max_to_keep: PosInt = 2
     key_aliases = RL_ALIASES
-    # data
-    dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"  # arithmetic: maxpost.arithmetic; synthetic: single-digit additions (tiny models)
-    hf_path: str = ""                       # dataset_type=hf: local json/jsonl/parquet file or folder, or hub id
-    hf_subset: str = ""                     # the hub dataset's configuration (hf_path=openai/gsm8k hf_subset=main)
-    hf_data_dir: str = ""                   # a sub-folder of hf_path (load_dataset's data_dir)
-    hf_train_files: str = ""                # train data files, comma-separated (hf_path a builder: json, parquet)
-    train_split: str = "train"
-    eval_split: str = "test"
-    prompt_column: str = "question"         # unset and absent from the data: TRL's `prompt`
+    # data (the keys of maxpost.datasets.DataKeys, and RL's own)
+    dataset_type: Literal["gsm8k", "arithmetic", "addition", "hf"] = "gsm8k"  # maxpost.datasets.DATASETS (synthetic: addition's former name)
+    prompt_column: str = "question"         # a built-in dataset's own when unset; unset and absent from hf data: TRL's `prompt`
     answer_column: str = "answer"           # must exist (unset and absent: TRL's `solution`); rewards get it as `answer`
     prompt_template: str = "maxtext_gsm8k"  # maxpost.rewards.PROMPT_TEMPLATES
     few_shot: NonNegInt = 0                 # solved GSM8K train rows (the first k, never trained on) before each prompt
-    num_train_rows: int = -1
     num_eval_rows: int = 64                 # <= 0: the whole split
-    data_shuffle_seed: int = 0
     max_prefill_predict_length: PosInt = 256       # longest prompt in tokens; longer prompts are skipped (counted)
     max_completion_length: PosInt = 256     # completion budget in tokens (the stop token included)
     # rollout
@@ -152,6 +141,19 @@ class RLConfig(LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
     # it produces, the string kept (MaxText's include_stop_str_in_output); rollouts and evaluation, both engines
     log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
+
+    @field_validator("dataset_type", mode="before")
+    @classmethod
+    def _former_name(cls, v): return "addition" if v == "synthetic" else v   # RL's synthetic task was the additions
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_columns(cls, data):
+        "A built-in dataset's own columns, when the user set none (hf data's are read by rl.rollout.check_dataset)."
+        d = DATASETS.get({"synthetic": "addition"}.get(data.get("dataset_type"), data.get("dataset_type"))) \
+            if isinstance(data, dict) else None
+        if d is None or d.load is None: return data
+        return {"prompt_column": d.columns[0], "answer_column": d.columns[1]} | data
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -14,64 +14,60 @@ import numpy as np
 import jax
 
 from ..config import ConfigError
-from ..rewards.gsm8k import QA_DATASETS, load_qa_dataset
+from ..datasets import DATASETS, get_dataset, read_rows
 from .config import RLConfig, reward_weights
 
 # %% auto #0
-__all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'check_dataset', 'load_prompts', 'PromptStream', 'round_seed',
-           'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays', 'row_bucket',
-           'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
+__all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_dataset', 'load_prompts', 'PromptStream',
+           'round_seed', 'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays',
+           'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
     "(reward functions, weights) named by `reward_functions`, `reward_functions_path`, then `extra`; `reward_weights`."
     # extra: reward functions passed as Python objects (`maxpost.rl.train(cfg, extra_rewards=[...])`), same signature
     from maxpost.rewards import load_reward_functions
-    from maxpost.testing import TEST_REWARDS
+    own = {n: f for d in DATASETS.values() for n, f in d.rewards.items()}    # the built-in datasets' own rewards
     fns = []
     names = [n.strip() for n in cfg.reward_functions.replace(";", ",").split(",") if n.strip()]
-    for n in names: fns += [TEST_REWARDS[n]] if n in TEST_REWARDS else load_reward_functions(n)
+    for n in names: fns += [own[n]] if n in own else load_reward_functions(n)
     if cfg.reward_functions_path: fns += load_reward_functions(cfg.reward_functions_path)
     fns += list(extra)
     if not fns: raise ConfigError("no reward functions: set reward_functions and/or reward_functions_path")
     return fns, reward_weights(cfg, len(fns))
 
 def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
-    "Raw rows of the run's dataset `split`."
-    if cfg.dataset_type in QA_DATASETS:                       # built in: gsm8k (shipped), arithmetic (generated)
-        return load_qa_dataset(cfg.dataset_type, split, n)
-    if not cfg.hf_path: raise ConfigError("dataset_type=hf needs hf_path")
-    from maxpost.data_sources import load_sft_dataset
-    from maxpost.data_sources import hub_kwargs
-    ds = load_sft_dataset(cfg.hf_path, split, num_rows=n, **hub_kwargs(cfg, split))
-    return [dict(r) for r in ds]
+    "Raw rows of the run's dataset `split` (maxpost.datasets.read_rows; held-out splits from hf_eval_files when set)."
+    source = cfg.hf_eval_files if split != cfg.train_split and cfg.hf_eval_files else None
+    return [dict(r) for r in read_rows(cfg, split, n, source)]
 
 TRL_COLUMNS = {"prompt_column": "prompt", "answer_column": "solution"}   # TRL's GRPO data (DeepMath-103K)
 
-def _check_columns(cfg: RLConfig, rows: list, split: str):
-    "ConfigError unless the rows of `split` have `prompt_column` and `answer_column` (unset ones may take TRL's names)."
-    if not rows: raise ValueError(f"dataset split {split!r} is empty")
-    for key, trl in TRL_COLUMNS.items():
-        if key not in cfg.model_fields_set and getattr(cfg, key) not in rows[0] and trl in rows[0]:
-            setattr(cfg, key, trl)
-    for col in (cfg.prompt_column, cfg.answer_column):
-        if col not in rows[0]:
-            raise ConfigError(f"the {split} data has no column {col!r} (columns: {sorted(rows[0])}); set "
-                              f"prompt_column / answer_column")
+def resolve_columns(cfg: RLConfig, row: dict) -> RLConfig:
+    "`cfg`, or a copy whose unset columns absent from `row` take TRL's names when `row` has those."
+    new = {k: trl for k, trl in TRL_COLUMNS.items()
+           if k not in cfg.model_fields_set and getattr(cfg, k) not in row and trl in row}
+    return cfg.model_copy(update=new) if new else cfg
 
-def check_dataset(cfg: RLConfig):
-    "ConfigError unless the first training row has `prompt_column` and `answer_column` (read before any model load)."
-    if cfg.dataset_type == "synthetic": return
-    _check_columns(cfg, _read_rows(cfg, cfg.train_split, 1), cfg.train_split)
+def _check_columns(cfg: RLConfig, rows: list, split: str):
+    "ConfigError unless the rows of `split` have `prompt_column` and `answer_column`."
+    if not rows: raise ValueError(f"dataset split {split!r} is empty")
+    for key in TRL_COLUMNS:
+        if getattr(cfg, key) not in rows[0]:
+            raise ConfigError(f"the {split} data has no column {getattr(cfg, key)!r} (columns: {sorted(rows[0])}); set "
+                              f"prompt_column / answer_column", key=key)
+
+def check_dataset(cfg: RLConfig) -> RLConfig:
+    "The config with its columns resolved from the first training row; ConfigError when a column is missing (before any model load)."
+    rows = _read_rows(cfg, cfg.train_split, 1)
+    cfg = resolve_columns(cfg, rows[0]) if rows else cfg
+    _check_columns(cfg, rows, cfg.train_split)
+    return cfg
 
 def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[list[dict], int]:
     "(rows with 'prompt_ids', 'dataset_index' and the dataset columns, number of rows skipped as too long)."
-    if cfg.dataset_type == "synthetic":
-        from maxpost.testing import addition_rows
-        rows = addition_rows([(a, b) for a in range(10) for b in range(10)])   # the whole task
-        rows = [dict(r, dataset_index=i) for i, r in enumerate(rows)]
-        return (rows[:n] if n else rows), 0
     rows = _read_rows(cfg, split, n)
+    if rows: cfg = resolve_columns(cfg, rows[0])
     _check_columns(cfg, rows, split)
     if tokenizer is None: raise ConfigError("a tokenizer is needed: set tokenizer_path or use a checkpoint with one")
     from maxpost.data_sources import prompt_messages
@@ -80,8 +76,8 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
     first = cfg.few_shot if shots and split == cfg.train_split else 0    # the examples are not trained on
     for i, r in enumerate(rows[first:], start=first):
-        ids = chat_prompt_ids(tokenizer, prompt_messages(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot,
-                                                         few_shot_examples=shots))
+        ids = r.get("prompt_ids") or chat_prompt_ids(tokenizer, prompt_messages(
+            r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot, few_shot_examples=shots))
         if len(ids) > cfg.max_prefill_predict_length: skipped += 1; continue
         out.append(dict(r, prompt=r[cfg.prompt_column], prompt_ids=ids, dataset_index=i))
     if not out: raise ValueError(f"every {split} prompt is longer than max_prefill_predict_length="

@@ -20,6 +20,7 @@ import optax
 from flax import nnx
 
 from ..config import ConfigError
+from ..datasets import get_dataset
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
 from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty,
                             policy_loss, rollout_is_weights, rollout_mismatch)
@@ -286,20 +287,15 @@ def load_policy_base(cfg: RLConfig, mesh=None):
     "(model config, base params, tokenizer) of the run (`maxpost.trainer.load_base`); a checkpoint of another model raises."
     from maxpost.engine import load_tokenizer
     mcfg, params, tok_dir = load_base(cfg, mesh)
-    if cfg.dataset_type == "synthetic":
-        from maxpost.testing import DigitTokenizer
-        tok = DigitTokenizer()
-    else: tok = load_tokenizer(tok_dir) if tok_dir is not None else None
+    own = get_dataset(cfg.dataset_type).tokenizer                 # a built-in task's own tokenizer (addition)
+    tok = own() if own else load_tokenizer(tok_dir) if tok_dir is not None else None
     return mcfg, params, tok, tok_dir
 
 def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     "The rollout engine over the policy's current weights."
     from maxpost.checkpoint import empty_decoder
     from maxpost.engine import make_engine
-    stop = None
-    if cfg.dataset_type == "synthetic":
-        from maxpost.testing import EOS
-        stop = (EOS,)
+    stop = get_dataset(cfg.dataset_type).stop_token_ids          # a built-in task's own stop ids; None: EOS
     if cfg.rollout_engine == "native":
         model = empty_decoder(trainer.mcfg, trainer.dtype, trainer.wdtype)
         eng = make_engine("native", model, tokenizer, max_batch=cfg.batch_size * cfg.num_generations,
@@ -356,12 +352,12 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     cfg, mesh = start_run(cfg)                  # joins a multi-process run, `auto` keys resolved (maxpost.trainer)
     lc = check_config(cfg)
     fns, weights = load_rewards(cfg, extra_rewards)
-    check_dataset(cfg)
+    cfg = check_dataset(cfg)                    # prompt/answer columns resolved from the data's first row
     mcfg, base, tok, tok_dir = load_policy_base(cfg, mesh)
     train_rows, skipped = load_prompts(cfg, tok, cfg.train_split, None if cfg.num_train_rows < 0 else cfg.num_train_rows)
     eval_rows = []
     if cfg.eval_before_after:
-        eval_rows, _ = load_prompts(cfg, tok, cfg.eval_split, cfg.num_eval_prompts)
+        eval_rows, _ = load_prompts(cfg, tok, cfg.hf_eval_split, cfg.num_eval_prompts)
     if len(train_rows) < cfg.batch_size:
         raise ConfigError(f"{len(train_rows)} training prompts for batch_size={cfg.batch_size}")
     trainer = RLTrainer(cfg, lc, mcfg, base, mesh)
@@ -377,7 +373,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
         out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.num_eval_passes,
                                            cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column,
                                            top_k=cfg.eval_top_k, top_p=cfg.eval_top_p, stop=cfg.stop_strings))
-        if cfg.dataset_type != "synthetic":
+        if get_dataset(cfg.dataset_type).answer_metrics:
             out |= evaluate_gsm8k(engine, tok, eval_rows, cfg, seed, run_dir / f"eval_{tag}")
         return out
     before = None
