@@ -12,11 +12,12 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from .losses import ADVANTAGE_METHODS, GROUP_ADVANTAGE_METHODS, group_advantages
+from .distributed import gather_json
+from .losses import ADVANTAGE_METHODS, GROUP_ADVANTAGE_METHODS, LossConfig, group_advantages
 
 
 # %% auto #0
-__all__ = ['reinforce_pp_advantages', 'remax_advantages', 'normalize_then_sum', 'compute_advantages']
+__all__ = ['reinforce_pp_advantages', 'remax_advantages', 'normalize_then_sum', 'compute_advantages', 'step_advantages']
 
 # %% ../nbs/09a_advantages.ipynb #d3910366
 def _whiten(x, w, eps: float) -> jax.Array:
@@ -108,4 +109,24 @@ def compute_advantages(rewards,                # [P·G] the weighted sum of the 
         return remax_advantages(rewards, greedy_rewards, num_generations)
     G = num_generations if method == "reinforce_plus_plus_baseline" else None
     return reinforce_pp_advantages(rewards, lengths, G, eps)
+
+
+# %% ../nbs/09a_advantages.ipynb #ae88fd1e
+def step_advantages(lc: LossConfig, G: int, rewards, lengths, per_fn: list, weights, greedy_rewards=None) -> np.ndarray:
+    "This process's advantages [P·G] by `lc`, batch statistics over every process (per_fn: one {name: [G]} per group)."
+    names = list(per_fn[0])
+    pf = np.array([np.concatenate([f[k] for f in per_fn]) for k in names]).reshape(len(names), -1)   # [K, P·G]
+    w = list(map(float, weights))
+    extra = np.asarray(rewards, np.float64) - np.asarray(w) @ pf                 # the total's part outside the functions
+    if np.any(np.abs(extra) > 1e-9): pf, w = np.concatenate([pf, extra[None]]), w + [1.0]
+    local = np.concatenate([np.stack([rewards, lengths]), pf]).astype(np.float64)  # [2 + K, P·G]
+    batch = lc.advantage_method.startswith("reinforce_plus_plus") or lc.multi_objective_aggregation == "normalize_then_sum"
+    full, off = local, 0
+    if batch and jax.process_count() > 1:
+        parts = [np.array(p) for p in gather_json(local.tolist())]            # every process's, in process order
+        full, off = np.concatenate(parts, axis=1), sum(p.shape[1] for p in parts[:jax.process_index()])
+    adv = compute_advantages(full[0], G, lc.advantage_method, lc.advantage_eps, lengths=full[1],
+                             greedy_rewards=greedy_rewards, per_function=full[2:], weights=w,
+                             aggregation=lc.multi_objective_aggregation)
+    return np.asarray(adv, np.float32)[off:off + local.shape[1]]
 
