@@ -2,7 +2,7 @@
 
 Modules:
 
-- `maxpost.advantages`: REINFORCE++ and REINFORCE++-baseline (batch-normalised returns), ReMax (the greedy completion's reward as the baseline), multi-reward normalisation before the sum (GDPO, TRL's `normalize_then_sum`), and `compute_advantages`, which picks the estimator by the loss config's `advantage_method`.
+- `maxpost.advantages`: REINFORCE++ and REINFORCE++-baseline (batch-normalised returns), ReMax (the greedy completion's reward as the baseline), multi-reward normalisation before the sum (GDPO, TRL's `normalize_then_sum`), and `compute_advantages`, which picks the estimator by the loss config's `advantage_method`; `step_advantages`, what an RL step calls, takes batch statistics over every process.
 - `maxpost.aot`: `python -m maxpost.aot train_sft|train_dpo|train_rl|sample key=value … topology=v5e-1`: the trainer's own programs compiled for a TPU slice by libtpu's compiler on any machine, with their HBM per chip and one verdict, `fits` or `does not fit` (MaxText's `train_compile`).
 - `maxpost.arithmetic`: Procedurally generated one- and two-step arithmetic word problems with GSM8K's answer format and a seeded, disjoint train/held-out split: a task on which a 135M model starts low but not at zero, so that RL can be seen raising accuracy within minutes on a CPU.
 - `maxpost.checkpoint`: Safetensors read and written tensor by tensor, the HF ⇄ maxpost name and layout mapping, HF `config.json` ⇄ `ModelConfig`, and atomic Orbax checkpoints.

@@ -1,6 +1,7 @@
 """REINFORCE++ and REINFORCE++-baseline (batch-normalised returns), ReMax (the greedy completion's reward as the
 baseline), multi-reward normalisation before the sum (GDPO, TRL's `normalize_then_sum`), and `compute_advantages`,
-which picks the estimator by the loss config's `advantage_method`.
+which picks the estimator by the loss config's `advantage_method`; `step_advantages`, what an RL step calls, takes
+batch statistics over every process.
 
 Docs: https://maxpost.github.io/maxpost/advantages.html.md"""
 
