@@ -9,8 +9,10 @@ Docs: https://maxpost.github.io/maxpost/losses.html.md"""
 # %% ../nbs/09_losses.ipynb #447c67b4
 from __future__ import annotations
 import dataclasses, types
-from typing import Literal, get_args
+from functools import partial
+from typing import Annotated, Literal, get_args
 from dataclasses import dataclass
+from pydantic import BeforeValidator
 
 import numpy as np
 import jax
@@ -19,20 +21,36 @@ import jax.numpy as jnp
 from .config import Finite, NonNegFloat, PosFloat, PosInt
 
 # %% auto #0
-__all__ = ['LossAlgo', 'LossAggMode', 'AdvantageMethod', 'KLMethod', 'LOSS_ALGOS', 'LOSS_AGG_MODES', 'ADVANTAGE_METHODS',
-           'KL_METHODS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON', 'IS_MODES',
-           'LOSS_PRESETS', 'group_advantages', 'informative_groups', 'kl_penalty', 'aggregate_loss', 'policy_loss',
-           'rollout_mismatch', 'rollout_is_weights', 'overlong_penalty', 'LossConfig', 'loss_preset',
-           'resolve_loss_config']
+__all__ = ['VALUE_ALIASES', 'LossAlgo', 'LossAggMode', 'AdvantageMethod', 'KLMethod', 'MultiObjectiveAggregation', 'LOSS_ALGOS',
+           'LOSS_AGG_MODES', 'ADVANTAGE_METHODS', 'KL_METHODS', 'GROUP_ADVANTAGE_METHODS',
+           'MULTI_OBJECTIVE_AGGREGATIONS', 'LOG_RATIO_CLIP', 'GSPO_EPSILON', 'GSPO_EPSILON_HIGH', 'GRPO_EPSILON',
+           'CISPO_EPSILON', 'CISPO_EPSILON_HIGH', 'SAPO_TAU_POS', 'SAPO_TAU_NEG', 'IS_MODES', 'LOSS_PRESETS',
+           'canonical', 'group_advantages', 'informative_groups', 'kl_penalty', 'aggregate_loss', 'policy_loss',
+           'cispo_per_token', 'sapo_per_token', 'rollout_mismatch', 'rollout_is_weights', 'overlong_penalty',
+           'LossConfig', 'loss_preset', 'resolve_loss_config']
 
 # %% ../nbs/09_losses.ipynb #1582f615
-LossAlgo = Literal["grpo", "gspo", "gspo-token"]    # token ratio | sequence ratio | sequence ratio, token gradients
+# value aliases: verl's and TRL's names for maxpost's values, per key (a config key typed below accepts them)
+VALUE_ALIASES = {"loss_algo": {"vanilla": "grpo"},   # verl's policy_loss.loss_mode for PPO's clip
+                 "advantage_method": {"reinforce++": "reinforce_plus_plus", "reinforce_pp": "reinforce_plus_plus",
+                                      "reinforce++_baseline": "reinforce_plus_plus_baseline"}}
+
+def canonical(key: str, value):
+    "`value` of `key` with a verl/TRL alias replaced by maxpost's name (anything else unchanged)."
+    return VALUE_ALIASES.get(key, {}).get(value, value) if isinstance(value, str) else value
+
+_Alg = Literal["grpo", "gspo", "gspo-token", "cispo", "sapo"]   # token ratio | sequence ratio | GSPO-token | CISPO | SAPO
+_Adv = Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"]
+LossAlgo = Annotated[_Alg, BeforeValidator(partial(canonical, "loss_algo"))]
 LossAggMode = Literal["token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm"]
-AdvantageMethod = Literal["grpo", "dr_grpo", "rloo"]
+AdvantageMethod = Annotated[_Adv, BeforeValidator(partial(canonical, "advantage_method"))]
 KLMethod = Literal["k1", "k2", "k3"]
+MultiObjectiveAggregation = Literal["sum_then_normalize", "normalize_then_sum"]   # TRL's multi_objective_aggregation
 # the valid values as tuples, read from the types (one source: a config field typed LossAggMode fails at parse time)
-LOSS_ALGOS, LOSS_AGG_MODES = get_args(LossAlgo), get_args(LossAggMode)
-ADVANTAGE_METHODS, KL_METHODS = get_args(AdvantageMethod), get_args(KLMethod)
+LOSS_ALGOS, LOSS_AGG_MODES = get_args(_Alg), get_args(LossAggMode)
+ADVANTAGE_METHODS, KL_METHODS = get_args(_Adv), get_args(KLMethod)
+GROUP_ADVANTAGE_METHODS = ADVANTAGE_METHODS[:3]   # the group-relative ones (group_advantages); the rest: maxpost.advantages
+MULTI_OBJECTIVE_AGGREGATIONS = get_args(MultiObjectiveAggregation)
 LOG_RATIO_CLIP = 20.0  # |log ratio| bound before exp: e^20 ≈ 5e8 stays finite in float32
 
 def _check_choice(key: str, value, valid: tuple):
@@ -57,7 +75,7 @@ def group_advantages(rewards,                # [P·G] rewards, G consecutive com
                      eps: float = 1e-4,      # added to the group std ('grpo' only)
                      ) -> jax.Array:         # [P·G] float32
     "Group-relative advantages; a group whose rewards are all equal gets exactly 0."
-    _check_choice("method", method, ADVANTAGE_METHODS)
+    _check_choice("method", method, GROUP_ADVANTAGE_METHODS)
     g = _groups(rewards, num_generations)                       # [P, G]
     G = num_generations
     mean = g.mean(-1, keepdims=True)                            # [P, 1]
@@ -114,6 +132,8 @@ def aggregate_loss(per_token,                    # [B, T] per-token values
 # %% ../nbs/09_losses.ipynb #48477d53
 GSPO_EPSILON, GSPO_EPSILON_HIGH = 3e-4, 4e-4  # GSPO paper (arXiv 2507.18071): its experiments' clip range for eq. 5
 GRPO_EPSILON = 0.2                            # DeepSeekMath (arXiv 2402.03300) / PPO clip range
+CISPO_EPSILON, CISPO_EPSILON_HIGH = 1.0, 4.0  # MiniMax-M1: no lower bound (ε = 1: weights ≥ 0); cap 1 + 4 (maxpost's choice)
+SAPO_TAU_POS, SAPO_TAU_NEG = 1.0, 1.05        # SAPO (arXiv 2511.20347): gate temperatures for Â > 0 and Â < 0
 
 def _masked_stats(ratio, clip_low, clip_high, w) -> dict:
     "Clip fractions and ratio statistics over the entries where w > 0."
@@ -129,26 +149,31 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
                 advantages,                   # [B] per sequence ([B, T] per token allowed for grpo / gspo-token)
                 completion_mask,              # [B, T] 1 on completion tokens
                 *,
-                loss_algo: str = "grpo",      # 'grpo' | 'gspo' | 'gspo-token'
-                epsilon: float | None = None,       # lower clip; None: 0.2 (grpo), 3e-4 (gspo*)
-                epsilon_high: float | None = None,  # upper clip; None: epsilon (grpo), 4e-4 (gspo*)
+                loss_algo: str = "grpo",      # 'grpo' | 'gspo' | 'gspo-token' | 'cispo' | 'sapo'
+                epsilon: float | None = None,       # lower clip; None: 0.2 (grpo), 3e-4 (gspo*), 1 (cispo); sapo: unused
+                epsilon_high: float | None = None,  # upper clip; None: epsilon (grpo), 4e-4 (gspo*), 4 (cispo)
                 loss_agg_mode: str | None = None,   # None: 'sequence-mean-token-mean'
                 max_completion_length: int | None = None,  # L_max for 'sequence-mean-token-sum-norm'
                 is_weights=None,              # [B, T] or [B, 1] rollout-correction weights (constants); None: 1
+                sapo_temperature_pos: float = SAPO_TAU_POS,   # SAPO's τ where Â > 0
+                sapo_temperature_neg: float = SAPO_TAU_NEG,   # SAPO's τ where Â <= 0
                 ) -> tuple[jax.Array, dict]:  # scalar float32 loss, metrics of scalars
-    "Clipped surrogate loss (to minimise) of GRPO/DAPO/Dr.GRPO or GSPO/GSPO-token, and clip/ratio metrics."
+    "Policy loss (to minimise) of GRPO/DAPO/Dr.GRPO, GSPO/GSPO-token, CISPO or SAPO, and clip/ratio metrics."
     _check_choice("loss_algo", loss_algo, LOSS_ALGOS)
     loss_agg_mode = "sequence-mean-token-mean" if loss_agg_mode is None else loss_agg_mode
     _check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
-    if loss_algo != "grpo" and loss_agg_mode != "sequence-mean-token-mean":
+    if loss_algo.startswith("gspo") and loss_agg_mode != "sequence-mean-token-mean":
         raise ValueError(f"loss_algo={loss_algo!r} is a sequence-level loss: loss_agg_mode must be "
                          f"'sequence-mean-token-mean', got {loss_agg_mode!r}")
     if loss_agg_mode == "sequence-mean-token-sum-norm" and max_completion_length is None:
         raise ValueError("loss_agg_mode='sequence-mean-token-sum-norm' needs max_completion_length "
                          "(Dr.GRPO's constant)")
-    if loss_algo == "grpo":
+    if loss_algo in ("grpo", "sapo"):
         epsilon = GRPO_EPSILON if epsilon is None else epsilon
         epsilon_high = epsilon if epsilon_high is None else epsilon_high
+    elif loss_algo == "cispo":
+        epsilon = CISPO_EPSILON if epsilon is None else epsilon
+        epsilon_high = CISPO_EPSILON_HIGH if epsilon_high is None else epsilon_high
     else:
         epsilon = GSPO_EPSILON if epsilon is None else epsilon
         epsilon_high = GSPO_EPSILON_HIGH if epsilon_high is None else epsilon_high
@@ -183,13 +208,30 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
         else:
             ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))  # [B, T]
         a = adv[:, None] if adv.ndim == 1 else adv                           # [B, 1] or [B, T]
-        per_tok = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, lo, hi))      # [B, T]
+        if loss_algo == "cispo": per_tok = cispo_per_token(logp, ratio, a, lo, hi)
+        elif loss_algo == "sapo": per_tok = sapo_per_token(ratio, a, sapo_temperature_pos, sapo_temperature_neg)
+        else: per_tok = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, lo, hi))   # [B, T]
         if is_weights is not None: per_tok = per_tok * jax.lax.stop_gradient(jnp.asarray(is_weights, jnp.float32))
         loss = aggregate_loss(per_tok, valid, loss_agg_mode, max_completion_length)
         a, sw = jnp.broadcast_to(a, ratio.shape), w
     ratio = jax.lax.stop_gradient(ratio)
-    metrics = _masked_stats(ratio, (a < 0) & (ratio < lo), (a > 0) & (ratio > hi), sw)
+    if loss_algo == "cispo": cl, ch = ratio < lo, ratio > hi                 # the weight is clipped, either sign of Â
+    elif loss_algo == "sapo": cl = ch = jnp.zeros(ratio.shape, bool)        # a soft gate: nothing is clipped
+    else: cl, ch = (a < 0) & (ratio < lo), (a > 0) & (ratio > hi)
+    metrics = _masked_stats(ratio, cl, ch, sw)
     return loss, metrics
+
+# %% ../nbs/09_losses.ipynb #8a6db2d0
+def cispo_per_token(logp, ratio, a, lo: float, hi: float) -> jax.Array:
+    "CISPO's per-token loss −sg(clip(r, lo, hi))·Â·log πθ (MiniMax-M1, eq. 4): every token keeps a gradient."
+    return -jax.lax.stop_gradient(jnp.clip(ratio, lo, hi)) * a * logp
+
+def sapo_per_token(ratio, a, tau_pos: float, tau_neg: float) -> jax.Array:
+    "SAPO's per-token loss −(4/τ)·σ(τ(r − 1))·Â with τ = tau_pos where Â > 0, else tau_neg (arXiv 2511.20347)."
+    if not (tau_pos > 0 and tau_neg > 0):
+        raise ValueError(f"sapo_temperature_pos and sapo_temperature_neg must be > 0, got {tau_pos}, {tau_neg}")
+    tau = jnp.where(a > 0, tau_pos, tau_neg)
+    return -(4.0 / tau) * jax.nn.sigmoid(tau * (ratio - 1.0)) * a
 
 # %% ../nbs/09_losses.ipynb #47233a47
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -242,11 +284,11 @@ def overlong_penalty(lengths,                    # [...] completion lengths in t
 class LossConfig:
     "The loss choices of one RL algorithm; each default is the paper's value (the types are the RL config's constraints)."
     name: str = "grpo"                           # preset this was resolved from
-    loss_algo: LossAlgo = "grpo"                 # 'grpo' token ratio (DeepSeekMath eq. 3) | 'gspo' | 'gspo-token'
+    loss_algo: LossAlgo = "grpo"                 # 'grpo' token ratio (DeepSeekMath eq. 3) | 'gspo' | 'gspo-token' | 'cispo' | 'sapo'
     loss_agg_mode: LossAggMode = "sequence-mean-token-mean"  # DeepSeekMath eq. 3; 'token-mean' DAPO; '...-sum-norm' Dr.GRPO
     epsilon: PosFloat = 0.2                         # lower clip ε: PPO/DeepSeekMath 0.2; GSPO experiments 3e-4
     epsilon_high: PosFloat = 0.2                    # upper clip: ε in PPO; DAPO clip-higher 0.28 (§3.1); GSPO 4e-4
-    advantage_method: AdvantageMethod = "grpo"   # (r−mean)/std DeepSeekMath §4.1.2 | 'dr_grpo' r−mean | 'rloo'
+    advantage_method: AdvantageMethod = "grpo"   # (r−mean)/std DeepSeekMath §4.1.2 | 'dr_grpo' r−mean | 'rloo' | maxpost.advantages
     advantage_eps: PosFloat = 1e-4                  # added to the group std in 'grpo' advantages
     beta: NonNegFloat = 0.0                            # KL coefficient: DeepSeekMath 0.04; 0 in DAPO, Dr.GRPO, GSPO
     kl_method: KLMethod = "k3"                   # KL estimator: DeepSeekMath eq. 4 is k3 (Schulman 2020)
@@ -255,16 +297,25 @@ class LossConfig:
     overlong_buffer_len: PosInt | None = None       # DAPO's L_cache: 4096 (with L_max 20480)
     overlong_penalty_factor: Finite = 1.0         # DAPO: the penalty reaches −1 at L_max
     max_completion_length: int | None = None     # L_max, the generation budget (Dr.GRPO's constant, DAPO's L_max)
+    sapo_temperature_pos: PosFloat = SAPO_TAU_POS   # SAPO's gate temperature where Â > 0 (arXiv 2511.20347: 1.0)
+    sapo_temperature_neg: PosFloat = SAPO_TAU_NEG   # where Â <= 0 (1.05: the negative gate closes sooner)
+    entropy_coeff: NonNegFloat = 0.0             # entropy bonus: loss − coeff · H, aggregated as the loss (verl's key); 0: off
+    multi_objective_aggregation: MultiObjectiveAggregation = "sum_then_normalize"   # TRL's key; GDPO: 'normalize_then_sum'
 
     def __post_init__(self):
         _check_choice("loss_algo", self.loss_algo, LOSS_ALGOS)
         _check_choice("loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
         _check_choice("advantage_method", self.advantage_method, ADVANTAGE_METHODS)
         _check_choice("kl_method", self.kl_method, KL_METHODS)
-        for k in ("epsilon", "epsilon_high", "advantage_eps"):
+        _check_choice("multi_objective_aggregation", self.multi_objective_aggregation, MULTI_OBJECTIVE_AGGREGATIONS)
+        for k in ("epsilon", "epsilon_high", "advantage_eps", "sapo_temperature_pos", "sapo_temperature_neg"):
             if not getattr(self, k) > 0: raise ValueError(f"{k} must be > 0, got {getattr(self, k)!r}")
-        if not self.beta >= 0: raise ValueError(f"beta must be >= 0, got {self.beta!r}")
-        if self.loss_algo != "grpo" and self.loss_agg_mode != "sequence-mean-token-mean":
+        for k in ("beta", "entropy_coeff"):
+            if not getattr(self, k) >= 0: raise ValueError(f"{k} must be >= 0, got {getattr(self, k)!r}")
+        if self.multi_objective_aggregation == "normalize_then_sum" and self.advantage_method != "grpo":
+            raise ValueError(f"multi_objective_aggregation='normalize_then_sum' normalises each reward in its group; "
+                             f"it needs advantage_method='grpo', got {self.advantage_method!r}")
+        if self.loss_algo.startswith("gspo") and self.loss_agg_mode != "sequence-mean-token-mean":
             raise ValueError(f"loss_agg_mode={self.loss_agg_mode!r} is token-level; loss_algo={self.loss_algo!r} "
                              "needs 'sequence-mean-token-mean'")
         if self.soft_overlong_penalty:
@@ -277,7 +328,8 @@ class LossConfig:
     def policy_loss_kwargs(self) -> dict:
         "The keyword arguments of `policy_loss` that this config sets."
         return dict(loss_algo=self.loss_algo, epsilon=self.epsilon, epsilon_high=self.epsilon_high,
-                    loss_agg_mode=self.loss_agg_mode, max_completion_length=self.max_completion_length)
+                    loss_agg_mode=self.loss_agg_mode, max_completion_length=self.max_completion_length,
+                    sapo_temperature_pos=self.sapo_temperature_pos, sapo_temperature_neg=self.sapo_temperature_neg)
 
 LOSS_PRESETS: dict[str, LossConfig] = {
     "grpo": LossConfig(name="grpo", beta=0.04, kl_method="k3"),
@@ -317,6 +369,7 @@ def loss_preset(name: str) -> LossConfig:
 
 def resolve_loss_config(name: str, **overrides) -> LossConfig:
     "Preset `name` with `overrides` applied; a ValueError names any override that contradicts the preset."
+    name, overrides = canonical("loss_algo", name), {k: canonical(k, v) for k, v in overrides.items()}
     base = loss_preset(name)
     fields = {f.name for f in dataclasses.fields(LossConfig)} - {"name"}
     unknown = sorted(set(overrides) - fields)
@@ -331,3 +384,20 @@ def resolve_loss_config(name: str, **overrides) -> LossConfig:
             raise ValueError(f"preset {name!r}: {key}={d[key]!r} contradicts the preset; {key} must be {required}. "
                              f"Choose another preset or drop the override of {key!r}.")
     return LossConfig(**d)
+
+# %% ../nbs/09_losses.ipynb #fb47b7d1
+LOSS_PRESETS.update({
+    "cispo": LossConfig(name="cispo", loss_algo="cispo", loss_agg_mode="token-mean", epsilon=CISPO_EPSILON,
+                        epsilon_high=CISPO_EPSILON_HIGH),
+    "sapo": LossConfig(name="sapo", loss_algo="sapo"),
+    "reinforce_plus_plus": LossConfig(name="reinforce_plus_plus", advantage_method="reinforce_plus_plus",
+                                      loss_agg_mode="token-mean"),
+    "remax": LossConfig(name="remax", advantage_method="remax", loss_agg_mode="token-mean"),
+})
+_DEFINING.update({
+    "cispo": [("loss_algo", lambda c: c.loss_algo == "cispo", "'cispo' (clipped, stop-gradient IS weight)")],
+    "sapo": [("loss_algo", lambda c: c.loss_algo == "sapo", "'sapo' (soft gate)")],
+    "reinforce_plus_plus": [("advantage_method", lambda c: c.advantage_method.startswith("reinforce_plus_plus"),
+                             "'reinforce_plus_plus' or 'reinforce_plus_plus_baseline' (batch-whitened)")],
+    "remax": [("advantage_method", lambda c: c.advantage_method == "remax", "'remax' (greedy baseline)")],
+})

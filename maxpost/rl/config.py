@@ -11,13 +11,14 @@ import dataclasses, math, sys
 from typing import Annotated, Literal, get_type_hints
 
 import jax
-from pydantic import Field, create_model, field_validator, model_validator
+from functools import partial
+from pydantic import BeforeValidator, Field, create_model, field_validator, model_validator
 
 from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from ..datasets import DATASETS, DataKeys
 from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
 from ..lora import LoRAKeys
-from ..losses import IS_MODES, LossConfig, resolve_loss_config, LOSS_PRESETS
+from ..losses import IS_MODES, LossConfig, canonical, resolve_loss_config, LOSS_PRESETS
 
 # %% auto #0
 __all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'EVAL_SAMPLING', 'RL_ALIASES', 'steps_from_batches', 'eval_sampling',
@@ -33,7 +34,7 @@ LossSection = create_model(
     __doc__="The loss keys of maxpost.losses.LossConfig, each optional: None takes the preset's value.",
     **{k: (_LOSS_TYPES[k] | None, None) for k in LOSS_KEYS})
 
-LossPreset = Literal[tuple(LOSS_PRESETS)]
+LossPreset = Annotated[Literal[tuple(LOSS_PRESETS)], BeforeValidator(partial(canonical, "loss_algo"))]   # verl/TRL names too
 
 def steps_from_batches(num_batches: int, num_epoch: int = 1, train_fraction: float = 1.0) -> dict:
     "MaxText's RL length → maxpost's `steps`: int(num_batches × train_fraction) batches, num_epoch times over."
@@ -56,6 +57,9 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
     alias("rl.*", "*", note="MaxText's `rl:` section: `rl.num_generations=4`, or `rl: {num_generations: 4}`",
           example="rl.num_generations=4"),
     alias("grpo_beta", "loss.beta"),
+    alias("loss_type", "loss_algo", source="TRL", note="TRL's loss types grpo, dr_grpo, dapo, cispo, sapo are presets",
+          example="loss_type=cispo"),
+    alias("adv_estimator", "loss.advantage_method", source="verl", example="adv_estimator=reinforce_plus_plus"),
     alias("grpo_epsilon", "loss.epsilon", note="GSPO presets keep the paper's 3e-4/4e-4, where MaxText passes 0.2; "
           "setting it with a GSPO loss_algo warns"),
     alias(("num_batches", "num_epoch", "train_fraction"), "steps", steps_from_batches,

@@ -19,8 +19,8 @@ from .config import RLConfig, reward_weights
 
 # %% auto #0
 __all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_dataset', 'load_prompts', 'PromptStream',
-           'round_seed', 'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq', 'rollout_arrays',
-           'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
+           'round_seed', 'greedy_params', 'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq',
+           'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -109,6 +109,11 @@ def round_seed(rng, k: int) -> int:
     "A 31-bit rollout seed from RNG key data `rng` and round `k`."
     return int(jax.random.randint(jax.random.fold_in(jax.random.wrap_key_data(rng), k), (), 0, 2**31 - 1))
 
+def greedy_params(cfg: RLConfig):
+    "One greedy completion per prompt with the rollout's budget and stop strings: ReMax's baseline."
+    from maxpost.engine import SamplingParams
+    return SamplingParams(temperature=0.0, max_tokens=cfg.max_completion_length, n=1, stop=cfg.stop_strings)
+
 def sampling_params(cfg: RLConfig, seed: int):
     "The rollout's SamplingParams: G samples per prompt at the run's temperature / top-k / top-p, with log q."
     from maxpost.engine import SamplingParams
@@ -137,31 +142,38 @@ def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, w
     P = cfg.batch_size // N                      # this process's prompts: whole groups, never split over processes
     first = jax.process_index() * P              # its share of each global batch of prompts
     t = {"rollout": 0.0, "reward": 0.0}
-    kept_rows, kept_res, kept_r, kept_fn, spare, dropped, errors, rounds = [], [], [], [], [], 0, {}, 0
-    while len(kept_rows) < P:
-        rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
-        t0 = time.perf_counter()
-        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)),
-                              stream_ids=[int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)])   # each prompt's own stream
-        t1 = time.perf_counter(); t["rollout"] += t1 - t0
+    kept_rows, kept_res, kept_r, kept_fn, kept_b, spare, dropped, errors, rounds = [], [], [], [], [], [], 0, {}, 0
+    def rewarded(rows, res):                     # scores, then DAPO's length penalty when on
         total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
         if lc.soft_overlong_penalty:
             total = total + np.asarray(overlong_penalty(np.array([len(r.token_ids) for r in res]),
                                                         cfg.max_completion_length, lc.overlong_buffer_len,
                                                         lc.overlong_penalty_factor))
-        t["reward"] += time.perf_counter() - t1
         for k, v in err.items(): errors[k] = errors.get(k, 0) + v
+        return total, per_fn
+    while len(kept_rows) < P:
+        rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
+        t0 = time.perf_counter()
+        ids = [int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)]   # each prompt's own stream
+        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)), stream_ids=ids)
+        greedy = engine.generate([r["prompt_ids"] for r in rows], greedy_params(cfg), stream_ids=ids) \
+            if lc.advantage_method == "remax" else None   # ReMax's baseline: one greedy completion per prompt
+        t1 = time.perf_counter(); t["rollout"] += t1 - t0
+        total, per_fn = rewarded(rows, res)
+        base = np.zeros(len(rows)) if greedy is None else rewarded(rows, greedy)[0]   # scored as the samples are
+        t["reward"] += time.perf_counter() - t1
         rounds += 1
         keep = np.asarray(informative_groups(total, G)) if lc.dynamic_sampling else np.ones(P, bool)
         for i in range(P):
-            grp = (rows[i], res[i * G:(i + 1) * G], total[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in per_fn.items()})
+            grp = (rows[i], res[i * G:(i + 1) * G], total[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in per_fn.items()},
+                   base[i])
             if keep[i] and len(kept_rows) < P:
-                kept_rows.append(grp[0]); kept_res += grp[1]; kept_r.append(grp[2]); kept_fn.append(grp[3])
+                kept_rows.append(grp[0]); kept_res += grp[1]; kept_r.append(grp[2]); kept_fn.append(grp[3]); kept_b.append(grp[4])
             elif not keep[i]: dropped += 1; spare.append(grp)
         if rounds > cfg.max_dynamic_sampling_rounds: break
     while len(kept_rows) < P:                      # out of rounds: fill with uninformative groups (advantage 0)
-        g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3])
-    return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "dropped": dropped,
+        g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3]); kept_b.append(g[4])
+    return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "greedy_rewards": np.array(kept_b), "dropped": dropped,
             "errors": errors, "rounds": rounds, "t": t}
 
 # %% ../../nbs/10b_rl_rollout.ipynb #off0b1a02

@@ -22,8 +22,10 @@ from flax import nnx
 from ..config import ConfigError
 from ..datasets import get_dataset
 from ..model import Decoder, ModelConfig, PARAM_AXES, param_shapes
-from ..losses import (LossConfig, aggregate_loss, group_advantages, informative_groups, kl_penalty, overlong_penalty,
+from ..losses import (LossConfig, aggregate_loss, informative_groups, kl_penalty, overlong_penalty,
                             policy_loss, rollout_is_weights, rollout_mismatch)
+from ..advantages import step_advantages
+from ..entropy import frozen_head_entropy
 from ..lora import lora_axes, lora_shapes, lora_targets, merge_lora
 from ..loop import RunLoop, jit_sharded
 from ..head_loss import frozen_head_nll, head_tiles, head_weight, map_position_chunks
@@ -41,15 +43,17 @@ __all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'r
            'make_rollout_engine', 'before_after_table', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
-def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256, temperature: float = 1.0):
-    "(log π_τ(targets) [B, T], entropy [B, T]) of softmax(z/τ) in float32, `chunk_size` positions of logits at a time."
+def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256, temperature: float = 1.0,
+                        entropy_grad: bool = False):
+    """(log π_τ(targets) [B, T], entropy [B, T]) of softmax(z/τ) in float32, `chunk_size` positions of logits at a time.
+    entropy_grad: the entropy carries its gradient (the entropy bonus); else it is a measurement."""
     def one(hc, tc):
         z = logits_fn(hc).astype(jnp.float32)                                    # [c, V]
         if temperature != 1.0: z = z / temperature
         lse = jax.nn.logsumexp(z, axis=-1)
         lp = jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0] - lse
-        zs = jax.lax.stop_gradient(z)
-        ent = jax.lax.stop_gradient(lse) - jnp.sum(jax.nn.softmax(zs, axis=-1) * zs, axis=-1)
+        zs = z if entropy_grad else jax.lax.stop_gradient(z)
+        ent = (lse if entropy_grad else jax.lax.stop_gradient(lse)) - jnp.sum(jax.nn.softmax(zs, axis=-1) * zs, axis=-1)
         return lp, ent
     return map_position_chunks(one, hidden, targets, chunk_size)
 
@@ -104,18 +108,21 @@ class RLTrainer(Trainer):
             out[k] = jax.make_array_from_process_local_data(self.rows_sh, v, (N * v.shape[0], *v.shape[1:]))
         return out
 
-    def _forward(self, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True):
+    def _forward(self, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True, entropy_grad: bool = False):
         """(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion
-        positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles."""
+        positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles.
+        entropy_grad: the entropy carries its gradient (entropy bonus; a frozen head: one more tiled pass)."""
         model, lora = self.model_inputs(trainable, frozen)
         if not policy: lora = None
         h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
         if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
         if not head_frozen:
-            return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature)
-        nll, ent = frozen_head_nll(h.reshape(-1, h.shape[-1]), head_weight(model), batch["targets"].reshape(-1),
-                                   model.cfg.final_logit_softcapping, self.temperature, None,
+            return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature,
+                                       entropy_grad)
+        hf, cap = h.reshape(-1, h.shape[-1]), model.cfg.final_logit_softcapping
+        nll, ent = frozen_head_nll(hf, head_weight(model), batch["targets"].reshape(-1), cap, self.temperature, None,
                                    self.tiles[1], self.tiles[0])
+        if entropy_grad: ent = frozen_head_entropy(hf, head_weight(model), cap, self.temperature, None, *self.tiles[::-1])
         return -nll.reshape(batch["targets"].shape), ent.reshape(batch["targets"].shape)
 
     def _logps_fn(self, trainable, frozen, batch, policy: bool = True):
@@ -132,7 +139,7 @@ class RLTrainer(Trainer):
 
     def _loss(self, trainable, frozen, mb):
         lc = self.lc
-        logp, ent = self._forward(trainable, frozen, mb, head_frozen=self.cfg.use_lora)
+        logp, ent = self._forward(trainable, frozen, mb, head_frozen=self.cfg.use_lora, entropy_grad=lc.entropy_coeff > 0)
         mask = mb["completion_mask"]
         old = mb["old_logps"] if "old_logps" in mb else None
         m, isw = {}, None
@@ -150,6 +157,8 @@ class RLTrainer(Trainer):
             loss = loss + lc.beta * kl
             m["kl"] = kl
         m["entropy"] = jnp.sum(ent * mask) / jnp.maximum(mask.sum(), 1.0)
+        if lc.entropy_coeff > 0:       # entropy bonus (maxpost.entropy), aggregated as the policy loss
+            loss = loss - lc.entropy_coeff * aggregate_loss(ent, mask, lc.loss_agg_mode, lc.max_completion_length)
         return loss, m
 
     def _update_fn(self, state, frozen, mb):
@@ -224,7 +233,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     kept_rows, kept_res, kept_r, kept_fn = ro["rows"], ro["res"], ro["rewards"], ro["per_fn"]
     dropped, errors, rounds = ro["dropped"], ro["errors"], ro["rounds"]
     rewards = np.concatenate(kept_r)                                           # [P·G]
-    adv = np.asarray(group_advantages(rewards, G, lc.advantage_method, lc.advantage_eps))
+    adv = step_advantages(lc, G, rewards, [len(r.token_ids) for r in kept_res], kept_fn, weights, ro.get("greedy_rewards"))
     M = cfg.num_minibatches
     batch = training_batch(trainer, kept_res)
     batch["advantages"] = adv.astype(np.float32)
