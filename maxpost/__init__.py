@@ -4,6 +4,7 @@ Modules:
 
 - `maxpost.aot`: `python -m maxpost.aot train_sft|train_dpo|train_rl|sample key=value … topology=v5e-1`: the trainer's own programs compiled for a TPU slice by libtpu's compiler on any machine, with their HBM per chip and one verdict, `fits` or `does not fit` (MaxText's `train_compile`).
 - `maxpost.arithmetic`: Procedurally generated one- and two-step arithmetic word problems with GSM8K's answer format and a seeded, disjoint train/held-out split: a task on which a 135M model starts low but not at zero, so that RL can be seen raising accuracy within minutes on a CPU.
+- `maxpost.attention`: On a TPU, training and prefill attention run JAX's Pallas splash-attention kernel: causal or sliding-window masks, packed segments, RL's shared-prompt prefix groups, grouped-query heads and logit soft-caps. Other backends keep `maxpost.model.masked_attention`.
 - `maxpost.checkpoint`: Safetensors read and written tensor by tensor, the HF ⇄ maxpost name and layout mapping, HF `config.json` ⇄ `ModelConfig`, and atomic Orbax checkpoints.
 - `maxpost.config`: One grammar for every entry point, as in MaxText: class defaults, a base YAML, the model's section, the user's YAML, then `key=value` overrides from the command line, validated into a typed config whose errors name the bad key.
 - `maxpost.convert.check_logits`: `python -m maxpost.convert.check_logits hf_model_path=… load_parameters_path=…`: the same batch through transformers and maxpost; exits non-zero past the limits.
