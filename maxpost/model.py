@@ -276,11 +276,14 @@ def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
     return x + h, state
 
-def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8):
+def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8, segment_ids=None, sliding=False):
     """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
     call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None). Without a
     cache the queries run in up to `chunks` blocks of at least 64 slots, each against the keys up to its own last slot:
-    the mask is causal in slots, so the keys left out are masked anyway, and about half the scores are never formed."""
+    the mask is causal in slots, so the keys left out are masked anyway, and about half the scores are never formed.
+    segment_ids [B, T] (no cache; the ids `mask` was built from) and `sliding` (the layer's type, may be traced): a
+    program lowered for a TPU runs `maxpost.attention.splash_layer` instead (`lax.platform_dependent`). With a cache,
+    or without segment_ids, every platform computes the scores here."""
     K = cfg.num_kv_heads
     def block(q, k, v, m):
         B, T, H, hd = q.shape
@@ -293,8 +296,13 @@ def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8)
             vc = jax.lax.dynamic_update_slice(kv[1], v.astype(kv[1].dtype), (0, end, 0, 0))
             return block(q, kc.astype(q.dtype), vc.astype(q.dtype), mask), (kc, vc)
         T = q.shape[1]; c = -(-T // max(1, min(chunks, T // 64)))
-        return jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
-                                for s in range(0, T, c)], axis=1), None
+        ref = lambda q, k, v: jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
+                                               for s in range(0, T, c)], axis=1)
+        if segment_ids is None: return ref(q, k, v), None
+        from maxpost.attention import splash_layer
+        tpu = lambda q, k, v: splash_layer(q, k, v, segment_ids, sliding, scale=cfg.attn_scale, window=cfg.sliding_window,
+                                           cap=cfg.attn_logit_softcapping, prefix_group=PREFIX_GROUP)
+        return jax.lax.platform_dependent(q, k, v, tpu=tpu, default=ref), None
     return attend
 
 # %% ../nbs/01_model.ipynb #dad8eb31
@@ -382,7 +390,8 @@ class Decoder(nnx.Module):
             p, is_sl, kv = xs
             mask = jnp.where(is_sl, slide, full)
             cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
-            return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, None if cache is None else cache["end"]))
+            end, seg = (None, segment_ids) if cache is None else (cache["end"], None)
+            return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, end, segment_ids=seg, sliding=is_sl))
 
         if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
             body = jax.checkpoint(body, policy=policy)
