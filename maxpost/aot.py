@@ -34,6 +34,7 @@ def _prepare_libtpu(cli: bool = False):
         for k, v in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"),
                      ("TPU_ACCELERATOR_TYPE", "v5litepod-1"),
                      ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")): os.environ.setdefault(k, v)   # compiles only: no chip to share
+    os.environ.setdefault("MAXPOST_TPU_LOWERING", "1")        # trace the TPU-only branches (maxpost.model.tpu_lowering)
     if cli: os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 _prepare_libtpu(cli=__name__ == "__main__")

@@ -6,7 +6,7 @@ Docs: https://maxpost.github.io/maxpost/model.html.md"""
 
 # %% ../nbs/01_model.ipynb #4b84592f
 from __future__ import annotations
-import dataclasses, json, math
+import dataclasses, json, math, os
 from functools import partial
 from dataclasses import dataclass, field, asdict
 from typing import Any, Literal
@@ -23,8 +23,9 @@ from .matmul import project
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
            'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq',
            'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs',
-           'fuse_weights', 'decoder_layer', 'masked_attention', 'init_std', 'init_param', 'Decoder', 'init_cache',
-           'positions_from_mask', 'tiny_config', 'model_config', 'random_params', 'logical_axes', 'forward_fn']
+           'fuse_weights', 'decoder_layer', 'tpu_lowering', 'masked_attention', 'init_std', 'init_param', 'Decoder',
+           'init_cache', 'positions_from_mask', 'tiny_config', 'model_config', 'random_params', 'logical_axes',
+           'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -276,6 +277,12 @@ def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
     return x + h, state
 
+def tpu_lowering() -> bool:
+    """May this process lower a program for a TPU? On a TPU backend, or where `MAXPOST_TPU_LOWERING=1` (set by
+    `maxpost.aot`, which compiles for a TPU from a CPU). Elsewhere the TPU-only branches are not traced at all:
+    `lax.platform_dependent` traces every branch, and the kernels' trace would cost a CPU run its time for nothing."""
+    return jax.default_backend() == "tpu" or os.environ.get("MAXPOST_TPU_LOWERING") == "1"
+
 def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8, segment_ids=None, sliding=False):
     """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
     call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None). Without a
@@ -298,7 +305,7 @@ def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8,
         T = q.shape[1]; c = -(-T // max(1, min(chunks, T // 64)))
         ref = lambda q, k, v: jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
                                                for s in range(0, T, c)], axis=1)
-        if segment_ids is None: return ref(q, k, v), None
+        if segment_ids is None or not tpu_lowering(): return ref(q, k, v), None
         from maxpost.attention import splash_layer
         tpu = lambda q, k, v: splash_layer(q, k, v, segment_ids, sliding, scale=cfg.attn_scale, window=cfg.sliding_window,
                                            cap=cfg.attn_logit_softcapping, prefix_group=PREFIX_GROUP)
