@@ -23,9 +23,9 @@ from .matmul import project
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
            'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq',
            'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs',
-           'fuse_weights', 'decoder_layer', 'tpu_lowering', 'masked_attention', 'init_std', 'init_param', 'Decoder',
-           'init_cache', 'positions_from_mask', 'tiny_config', 'model_config', 'random_params', 'logical_axes',
-           'forward_fn']
+           'fuse_weights', 'decoder_layer', 'tpu_lowering', 'use_splash', 'masked_attention', 'init_std', 'init_param',
+           'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'model_config', 'random_params',
+           'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -283,6 +283,12 @@ def tpu_lowering() -> bool:
     `lax.platform_dependent` traces every branch, and the kernels' trace would cost a CPU run its time for nothing."""
     return jax.default_backend() == "tpu" or os.environ.get("MAXPOST_TPU_LOWERING") == "1"
 
+def use_splash() -> bool:
+    """Attend with the splash kernels on a TPU? Opt-in for now (`MAXPOST_ATTENTION=splash`): a Mosaic kernel is not
+    partitioned by XLA, so on a mesh of more than one device the plain call does not lower; it must first be wrapped in
+    `shard_map` over the batch axes. On one chip it lowers and compiles."""
+    return tpu_lowering() and os.environ.get("MAXPOST_ATTENTION") == "splash"
+
 def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8, segment_ids=None, sliding=False):
     """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
     call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None). Without a
@@ -305,7 +311,7 @@ def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8,
         T = q.shape[1]; c = -(-T // max(1, min(chunks, T // 64)))
         ref = lambda q, k, v: jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
                                                for s in range(0, T, c)], axis=1)
-        if segment_ids is None or not tpu_lowering(): return ref(q, k, v), None
+        if segment_ids is None or not use_splash(): return ref(q, k, v), None
         from maxpost.attention import splash_layer
         tpu = lambda q, k, v: splash_layer(q, k, v, segment_ids, sliding, scale=cfg.attn_scale, window=cfg.sliding_window,
                                            cap=cfg.attn_logit_softcapping, prefix_group=PREFIX_GROUP)
