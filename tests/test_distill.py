@@ -1,6 +1,7 @@
 """`python -m maxpost.train_distill` end to end: a tiny student distilled from a teacher checkpoint on the addition
 task lowers its held-out distillation loss and resumes exactly after SIGKILL; a teacher with another vocabulary stops
-with one line naming the key, before any compute."""
+with one line naming the key, before any compute; on a 4-device mesh (fsdp × tensor) the teacher is split like the
+base and the steps are one device's."""
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
@@ -64,3 +65,38 @@ def test_teacher_of_another_vocabulary_is_one_line(tmp_path):
     assert r.returncode == 2 and err and err[-1].startswith("error: teacher_load_parameters_path="), r.stderr[-2000:]
     assert "vocabulary (64 tokens)" in err[-1], err[-1]
     assert not (tmp_path / "v" / "checkpoints").exists()
+
+MESH_SCRIPT = """
+import json, jax
+from maxpost.data import SFTDataIterator
+from maxpost.distill import DistillConfig, DistillTrainer, addition_examples
+from maxpost.model import model_config, random_params
+from maxpost.sharding import make_mesh
+assert len(jax.devices()) == 4
+mcfg, tcfg = model_config("tiny-gemma3"), model_config("tiny-llama")
+base, teacher = random_params(mcfg, 0), random_params(tcfg, 1)
+batches = [b for _, b in zip(range(3), SFTDataIterator(addition_examples("train"), 8, 32, seed=0))]
+out = {}
+for mode in ("full", "lora"):
+    cfg = DistillConfig(model_name="tiny-gemma3", teacher_model_name="tiny-llama", learning_rate=3e-3, lora_rank=4,
+                        use_lora=mode == "lora", distill_loss="jsd", distill_jsd_beta=0.5, distill_temperature=2.0)
+    for name, mesh in (("one", make_mesh(1, 1, jax.devices()[:1])), ("four", make_mesh(2, 2))):
+        tr = DistillTrainer(cfg, mcfg, base, tcfg, teacher, mesh); st = tr.init_state(); res = []
+        for b in batches:
+            st, m = tr.step(st, b); res.append([float(m["loss"]), float(m["grad_norm"])])
+        out[mode, name] = res; out[mode, name, "teacher"] = str(tr.teacher["wq"].sharding.spec)
+print(json.dumps({"|".join(k): v for k, v in out.items()}))
+"""
+
+def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
+    """3 steps on 4 virtual CPU devices (fsdp=2 × tensor=2) give one device's losses and gradient norms, full and
+    LoRA; the teacher's weights are split over the mesh as the base's are."""
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+    r = subprocess.run([sys.executable, "-c", MESH_SCRIPT], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=dict(_env(tmp_path), XLA_FLAGS=flags))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for mode in ("full", "lora"):
+        assert "fsdp" in out[f"{mode}|four|teacher"] and "tensor" in out[f"{mode}|four|teacher"], out
+        for (l1, g1), (l4, g4) in zip(out[f"{mode}|one"], out[f"{mode}|four"]):
+            assert abs(l1 - l4) <= 1e-5 * l1 and abs(g1 - g4) <= 1e-4 * g1, (mode, out)
