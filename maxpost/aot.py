@@ -1,4 +1,4 @@
-"""`python -m maxpost.aot train_sft|train_dpo|train_rl|sample key=value … topology=v5e-1`: the trainer's own programs
+"""`python -m maxpost.aot train_sft|train_distill|train_dpo|train_rl|sample key=value … topology=v5e-1`: the trainer's own programs
 compiled for a TPU slice by libtpu's compiler on any machine, with their HBM per chip and one verdict, `fits` or
 `does not fit` (MaxText's `train_compile`).
 
@@ -15,8 +15,8 @@ from typing import Literal
 # %% auto #0
 __all__ = ['GIB', 'SDS', 'TOPOLOGIES', 'OOM', 'GIB_PER', 'SFT_BATCH', 'libtpu_dir', 'AotKeys', 'topology_devices',
            'per_chip_bytes', 'memory', 'compile_program', 'abstract_base', 'shape_config', 'placed', 'abstract_state',
-           'trained_params', 'global_batch', 'rows', 'sft_programs', 'dpo_programs', 'rl_programs', 'sampler_program',
-           'SampleConfig', 'sample_programs', 'verdict', 'describe', 'check', 'find_batch', 'main']
+           'trained_params', 'global_batch', 'rows', 'sft_programs', 'dpo_programs', 'distill_programs', 'rl_programs',
+           'sampler_program', 'SampleConfig', 'sample_programs', 'verdict', 'describe', 'check', 'find_batch', 'main']
 
 # %% ../nbs/11a_aot.ipynb #18223fba
 def libtpu_dir() -> Path | None:
@@ -191,6 +191,22 @@ def dpo_programs(cfg, mesh) -> list:
     batch["ref_logps"] = SDS((A, 2 * B), jnp.float32, sharding=tr.pair_batch_sh["ref_logps"])
     return [compile_program("train step", tr._step, st, tr.frozen, batch, state=st)]
 
+# %% ../nbs/11a_aot.ipynb #8df40db3
+def distill_programs(cfg, mesh) -> list:
+    "The distillation step (`DistillTrainer._step`): SFT's rows plus the teacher's weights, an argument of the step."
+    from types import SimpleNamespace
+    from maxpost.distill import DistillTrainer, teacher_key
+    B, A, T = global_batch(cfg, mesh), cfg.gradient_accumulation_steps, cfg.max_target_length
+    mcfg = shape_config(cfg)
+    try: tmcfg = shape_config(SimpleNamespace(model_name=cfg.teacher_model_name,
+                                              load_parameters_path=cfg.teacher_load_parameters_path))
+    except (ConfigError, OSError, KeyError) as e:
+        raise ConfigError(f"{teacher_key(cfg)}={getattr(cfg, teacher_key(cfg))!r}: {e}", key=teacher_key(cfg)) from None
+    tr = DistillTrainer(cfg, mcfg, abstract_base(mcfg), tmcfg, abstract_base(tmcfg), mesh)
+    st = abstract_state(tr, trained_params(tr))
+    return [compile_program("train step", tr._step, st, tr.frozen, tr.teacher, rows((A, B, T), tr.batch_sh, SFT_BATCH),
+                            state=st)]
+
 # %% ../nbs/11a_aot.ipynb #5fe7eaa5
 def rl_programs(cfg, mesh) -> list:
     """The RL update (`RLTrainer._update`) on one minibatch of batch_size × num_generations / num_minibatches completions
@@ -254,8 +270,10 @@ def sample_programs(cfg, mesh) -> list:
 # %% ../nbs/11a_aot.ipynb #9f291d2a
 def _modes() -> dict:
     "mode → (config class, base YAML, programs, batch key)."
-    from maxpost import train_dpo, train_rl, train_sft
+    from maxpost import train_distill, train_dpo, train_rl, train_sft
     return {"train_sft": (train_sft.SFTConfig, train_sft.default_config(), sft_programs, "per_device_batch_size"),
+            "train_distill": (train_distill.DistillConfig, train_distill.default_config(), distill_programs,
+                              "per_device_batch_size"),
             "train_dpo": (train_dpo.DPOConfig, train_dpo.default_config(), dpo_programs, "per_device_batch_size"),
             "train_rl": (train_rl.RLConfig, train_rl.default_config(), rl_programs, "batch_size"),
             "sample": (SampleConfig, None, sample_programs, "per_device_batch_size")}
@@ -277,7 +295,8 @@ def verdict(recs: list, hbm: float) -> tuple[bool, str]:
 def describe(mode: str, cfg, mesh, topology: str) -> str:
     "One line: what is compiled, for which chips, with the resolved dtypes, remat and batch."
     kind = mesh.devices.flat[0].device_kind
-    what = {"train_sft": "SFT", "train_dpo": "DPO", "train_rl": "RL", "sample": "sampler"}[mode]
+    what = {"train_sft": "SFT", "train_distill": "distillation", "train_dpo": "DPO", "train_rl": "RL",
+            "sample": "sampler"}[mode]
     ft = "" if mode == "sample" else (" LoRA" if cfg.use_lora else " full fine-tuning")
     if mode == "train_rl":
         shape = (f"{cfg.batch_size} prompts × {cfg.num_generations} completions of {cfg.max_prefill_predict_length} + "
@@ -349,7 +368,7 @@ def find_batch(mode: str, argv: list[str], topology: str, results_file: str = ""
     return lo
 
 def main(argv: list[str] | None = None):
-    "Entry point of `python -m maxpost.aot train_sft|train_dpo|train_rl|sample key=value … topology=v5e-1`."
+    "Entry point of `python -m maxpost.aot train_sft|train_distill|train_dpo|train_rl|sample key=value … topology=v5e-1`."
     argv = sys.argv[1:] if argv is None else argv
     def run():
         if not argv or "=" in argv[0]: raise ConfigError(f"name a mode first: python -m maxpost.aot {'|'.join(_modes())} key=value …")
