@@ -17,7 +17,7 @@ from ..tools import ToolBox, plain_chat, run_tool_calls, tools_prompt
 from .rollout import engine_logq
 
 # %% auto #0
-__all__ = ['Environment', 'ToolEnv', 'observation_text', 'Episode', 'multi_turn_rollout', 'engine_generate', 'episode_arrays']
+__all__ = ['Environment', 'ToolEnv', 'observation_text', 'Episode', 'multi_turn_rollout', 'engine_generate', 'episode_results']
 
 # %% ../../nbs/10e_rl_env.ipynb #d6ebddbb
 @runtime_checkable
@@ -156,16 +156,16 @@ def engine_generate(engine, params) -> Callable:
         return engine.generate([list(s) for s in seqs], sp, stream_ids=stream_ids)
     return generate
 
-# %% ../../nbs/10e_rl_env.ipynb #8cd8c55b
-def episode_arrays(episodes: Sequence[Episode], T: int) -> dict:
-    "Fixed-shape [B, T] training arrays of `episodes`: the completion mask is the loss mask of each target token."
-    B = len(episodes)
-    a = {k: np.zeros((B, T), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
-    a["completion_mask"], a["engine_logps"] = np.zeros((B, T), np.float32), np.zeros((B, T), np.float32)
+# %% ../../nbs/10e_rl_env.ipynb #382d74f9
+def episode_results(episodes: Sequence[Episode]) -> list:
+    "Episodes as engine results (prompt, then every later token as the completion, with its `loss_mask`) for the trainer."
+    from maxpost.engine import GenerationResult
+    out = []
     for i, e in enumerate(episodes):
-        seq = list(e.token_ids)[:T + 1]; n = len(seq) - 1
-        a["inputs"][i, :n], a["targets"][i, :n] = seq[:-1], seq[1:]
-        a["positions"][i, :n], a["segment_ids"][i, :n] = np.arange(n), 1
-        a["completion_mask"][i, :n] = np.asarray(e.loss_mask[1:n + 1], np.float32)
-        a["engine_logps"][i, :n] = np.asarray(e.logprobs[1:n + 1], np.float32)
-    return a
+        P = e.prompt_len
+        lq = np.asarray(e.logprobs[P:], np.float32)
+        out.append(GenerationResult(prompt_index=i, sample_index=0, prompt_token_ids=list(e.token_ids[:P]),
+                                    token_ids=list(e.token_ids[P:]), text=e.texts[-1] if e.texts else "", logprobs=lq,
+                                    finish_reason="length" if e.finish_reason == "length" else "stop",
+                                    sampling_logprobs=lq, loss_mask=np.asarray(e.loss_mask[P:], np.float32)))
+    return out
