@@ -14,6 +14,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..tools import ToolBox, plain_chat, run_tool_calls, tools_prompt
+from ..engine import encode_prompt
 from .rollout import engine_logq
 
 # %% auto #0
@@ -112,7 +113,8 @@ class Episode:
 def _start(env, row, tokenizer) -> Episode:
     first = env.reset(row)
     text = first if isinstance(first, str) else tools_prompt(tokenizer, first, list(getattr(env, "tools", None) or []))
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if getattr(tokenizer, "chat_template", None): ids = list(tokenizer.encode(text, add_special_tokens=False))
+    else: ids = encode_prompt(tokenizer, text)          # no template: special tokens as for any text prompt
     if not ids: raise ValueError("the environment's first observation has no tokens")
     return Episode(token_ids=ids, loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), prompt_len=len(ids))
 
