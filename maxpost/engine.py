@@ -63,6 +63,7 @@ class GenerationResult:
     logprobs: np.ndarray              # float32 [len(token_ids)]: log softmax of the raw logits at each sampled token
     finish_reason: str                # 'stop' (a stop token was sampled) | 'length' (max_tokens reached)
     sampling_logprobs: np.ndarray | None = None  # float32 [len(token_ids)]: log q under temperature/top-k/top-p
+    loss_mask: np.ndarray | None = None  # [len(token_ids)]: 1 on tokens to train on, 0 on tokens an environment wrote; None: all
 
 # %% ../nbs/06a_engine.ipynb #ff50ac9d
 @runtime_checkable

@@ -21,8 +21,8 @@ from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 # %% auto #0
 __all__ = ['TPU_TRANSCENDENTAL_RTOL', 'addition_sft_batch', 'sft_addition', 'addition_config', 'addition_accuracy',
-           'addition_experiment', 'on_tpu', 'f32_tol', 'PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'DigitTokenizer',
-           'addition_rows', 'addition_split', 'addition_answer']
+           'addition_experiment', 'CharTokenizer', 'ScriptedModel', 'EchoEnv', 'on_tpu', 'f32_tol', 'PAD', 'BOS', 'EOS',
+           'PLUS', 'EQ', 'DIGIT0', 'DigitTokenizer', 'addition_rows', 'addition_split', 'addition_answer']
 
 # %% ../nbs/91_testing.ipynb #1f775c7d
 from .addition import (PAD, BOS, EOS, PLUS, EQ, DIGIT0, DigitTokenizer, addition_answer, addition_rows,
@@ -88,6 +88,50 @@ def addition_experiment(params: dict, loss_algo: str = "grpo", steps: int = 60, 
     if off: off.join()
     after = addition_accuracy(engine)
     return {"before": before, "after": after, "records": records, "state": state, "trainer": trainer}
+
+# %% ../nbs/91_testing.ipynb #11af90a1
+class CharTokenizer:
+    "Printable ASCII and newline, one token per character (ids 2..97); 0 padding, 1 the end token; no chat template."
+    pad_token_id, eos_token_id, bos_token, chat_template, vocab_size = 0, 1, None, None, 98
+    def _id(self, c: str) -> int: return 97 if c == "\n" else (ord(c) - 30 if 32 <= ord(c) <= 126 else ord("?") - 30)
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: return [self._id(c) for c in text]
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join("\n" if i == 97 else chr(i + 30) if 2 <= i <= 96 else "" if skip_special_tokens else
+                       ("</s>" if i == 1 else "<pad>") for i in (int(i) for i in ids))
+    def batch_decode(self, seqs, skip_special_tokens: bool = False) -> list[str]:
+        return [self.decode(s, skip_special_tokens) for s in seqs]
+
+# %% ../nbs/91_testing.ipynb #9c45ee2b
+class ScriptedModel:
+    """A generate callable `(seqs, turn, stream_ids, max_tokens) -> results` for multi-turn rollouts: turn k of stream
+    s is `scripts[s % len(scripts)][k]` (its last turn repeated) then the end token, with log q of token j = -(j+1)/100.
+    `calls` records each call's sequences, turn and max_tokens."""
+    def __init__(self, scripts: Sequence[Sequence[str]], tokenizer=None):
+        self.scripts, self.tok, self.calls = [list(s) for s in scripts], tokenizer or CharTokenizer(), []
+    def __call__(self, seqs, turn: int, stream_ids, max_tokens: int) -> list:
+        from maxpost.engine import GenerationResult
+        self.calls.append(([list(s) for s in seqs], turn, list(stream_ids), max_tokens))
+        out = []
+        for i, (s, sid) in enumerate(zip(seqs, stream_ids)):
+            script = self.scripts[sid % len(self.scripts)]
+            toks = (self.tok.encode(script[min(turn, len(script) - 1)]) + [self.tok.eos_token_id])[:max_tokens]
+            lq = -(np.arange(len(toks), dtype=np.float32) + 1) / 100
+            stop = toks[-1] == self.tok.eos_token_id
+            out.append(GenerationResult(prompt_index=i, sample_index=0, prompt_token_ids=list(s), token_ids=toks,
+                                        text=self.tok.decode(toks, skip_special_tokens=True), logprobs=lq,
+                                        finish_reason="stop" if stop else "length", sampling_logprobs=lq))
+        return out
+
+class EchoEnv:
+    "An environment whose every observation is `observation`, done after `max_turns` turns; reward = turns taken."
+    tools: list = []
+    def __init__(self, observation: str = "ok", max_turns: int = 2): self.obs, self.max_turns = observation, max_turns
+    def reset(self, row: dict): self.turns, self.finish_reason = 0, None; return [{"role": "user", "content": row["prompt"]}]
+    def step(self, text: str):
+        self.turns += 1
+        if self.turns >= self.max_turns: self.finish_reason = "max_turns"; return None, True, float(self.turns)
+        return [{"role": "tool", "name": "echo", "content": self.obs}], False, 0.0
+    def truncated(self, text: str) -> float: return -1.0
 
 # %% ../nbs/91_testing.ipynb #b4d2f8e1
 TPU_TRANSCENDENTAL_RTOL = 2e-4   # JAX's tolerance for float32 exp/log/log1p/logistic/pow on a TPU (tests/lax_test.py)

@@ -174,14 +174,14 @@ def combine_rewards(fns: Sequence[Callable], weights: Sequence[float] | None, pr
     return total, per_fn, errors
 
 # %% ../../nbs/07d_reward_functions.ipynb #41d3a9ab
-def _import_module_from(where: str, wanted: list[str]):
-    "Import a module from a .py path or a dotted name; ValueError naming it and the wanted functions."
+def _import_module_from(where: str, wanted: list[str], kind: str = "reward"):
+    "Import a module from a .py path or a dotted name; ValueError naming it (a `kind` module) and the wanted functions."
     what = ", ".join(wanted)
     if where.endswith(".py") or "/" in where or "\\" in where:
         path = Path(where).expanduser()
         if not path.is_file():
-            raise ValueError(f"reward module {where!r} does not exist (looked at {path.resolve()}; wanted: {what})")
-        mod_name = f"maxpost_user_rewards_{abs(hash(str(path.resolve()))):x}_{path.stem}"
+            raise ValueError(f"{kind} module {where!r} does not exist (looked at {path.resolve()}; wanted: {what})")
+        mod_name = f"maxpost_user_{kind}s_{abs(hash(str(path.resolve()))):x}_{path.stem}"
         try:
             spec = importlib.util.spec_from_file_location(mod_name, path)
             mod = importlib.util.module_from_spec(spec)
@@ -190,12 +190,12 @@ def _import_module_from(where: str, wanted: list[str]):
         except BaseException as e:
             sys.modules.pop(mod_name, None)
             if isinstance(e, KeyboardInterrupt): raise
-            raise ValueError(f"reward module {where!r} failed to import ({type(e).__name__}: {e}); "
+            raise ValueError(f"{kind} module {where!r} failed to import ({type(e).__name__}: {e}); "
                              f"wanted: {what}") from e
         return mod
     try: return importlib.import_module(where)
     except Exception as e:
-        raise ValueError(f"reward module {where!r} failed to import ({type(e).__name__}: {e}); wanted: {what}") from e
+        raise ValueError(f"{kind} module {where!r} failed to import ({type(e).__name__}: {e}); wanted: {what}") from e
 
 def _check_signature(fn: Callable, where: str, name: str):
     "ValueError unless `fn(prompts, completions, **columns)` is a valid call."

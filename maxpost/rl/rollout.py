@@ -20,7 +20,8 @@ from .config import RLConfig, reward_weights
 # %% auto #0
 __all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_dataset', 'load_prompts', 'PromptStream',
            'round_seed', 'greedy_params', 'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq',
-           'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval', 'evaluate_gsm8k']
+           'completion_loss_mask', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval',
+           'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -218,6 +219,11 @@ def engine_logq(r) -> np.ndarray:
     "The engine's log q of each sampled token: log-probs under the sampling distribution when it returned them."
     return np.asarray(r.sampling_logprobs if r.sampling_logprobs is not None else r.logprobs, np.float32)
 
+def completion_loss_mask(r) -> np.ndarray:
+    "1 on each completion token that is trained on: all of them, but for the environment's tokens of a multi-turn episode."
+    m = getattr(r, "loss_mask", None)
+    return np.ones(len(r.token_ids), np.float32) if m is None else np.asarray(m, np.float32)
+
 def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
     "Fixed-shape [B, T] training arrays of engine `results` (GenerationResult list), with the engine's log q."
     B = len(results)
@@ -231,7 +237,7 @@ def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
         a["inputs"][i, :n] = seq[:-1]; a["targets"][i, :n] = seq[1:]
         a["positions"][i, :n] = np.arange(n); a["segment_ids"][i, :n] = 1
         lo, hi = len(p) - 1, min(len(p) - 1 + len(c), T)
-        a["completion_mask"][i, lo:hi] = 1.0
+        a["completion_mask"][i, lo:hi] = completion_loss_mask(r)[:hi - lo]
         a["engine_logps"][i, lo:hi] = engine_logq(r)[:hi - lo]
     if with_engine_logps: a["old_logps"] = a["engine_logps"].copy()
     return a
@@ -294,7 +300,7 @@ def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, ro
                     a["segment_ids"][row, end:end + m] = seg + n_ if len(g) > 1 else seg
                     a["targets"][i, :c] = toks
                     a["gather"][i, :c] = row * L + np.concatenate([[off + P - 1], end + np.arange(m)])[:c]
-                    a["completion_mask"][i, :c] = 1.0
+                    a["completion_mask"][i, :c] = completion_loss_mask(results[i])[:c]
                     a["engine_logps"][i, :c] = engine_logq(results[i])[:c]
                     end += m
                 off = end
