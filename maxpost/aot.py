@@ -128,6 +128,7 @@ def abstract_base(mcfg) -> dict:
     from maxpost.model import param_shapes
     return {k: SDS(s, jnp.float32) for k, s in param_shapes(mcfg).items()}
 
+# %% ../nbs/11a_aot.ipynb #cd6af158
 def shape_config(cfg):
     "The ModelConfig of a run: its preset, or the config of `load_parameters_path` (no weights are read)."
     from maxpost.model import model_config
@@ -142,21 +143,25 @@ def shape_config(cfg):
     try: return model_config(cfg.model_name)
     except ValueError as e: raise ConfigError(str(e), key="model_name") from None
 
+# %% ../nbs/11a_aot.ipynb #bf303cfb
 def placed(tree, shardings):
     "ShapeDtypeStructs of `tree` (arrays or structs) on `shardings` (a matching tree)."
     return jax.tree.map(lambda x, s: SDS(x.shape, x.dtype, sharding=s), tree, shardings)
 
+# %% ../nbs/11a_aot.ipynb #b0482abf
 def abstract_state(trainer, params) -> dict:
     "The train state {step, params, opt_state, rng} of `trainer` as placed ShapeDtypeStructs."
     rng = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
     st = {"step": SDS((), jnp.int32), "params": params, "opt_state": jax.eval_shape(trainer.opt.init, params), "rng": rng}
     return placed(st, trainer.state_sh)
 
+# %% ../nbs/11a_aot.ipynb #ef0119ab
 def trained_params(trainer):
     "Abstract trained params: LoRA factors (fresh) or the base weights (full fine-tuning)."
     if trainer.cfg.use_lora: return jax.eval_shape(trainer.init_lora, jax.random.key(0))
     return trainer._base
 
+# %% ../nbs/11a_aot.ipynb #df1ae99a
 def global_batch(cfg, mesh, key: str = "per_device_batch_size") -> int:
     "per_device_batch_size × chips: a positive multiple of data × fsdp, or a ConfigError naming the key."
     B = int(round(cfg.per_device_batch_size * mesh.size))
@@ -166,9 +171,11 @@ def global_batch(cfg, mesh, key: str = "per_device_batch_size") -> int:
                           f"which must be a positive multiple of data × fsdp={dp}", key=key)
     return B
 
+# %% ../nbs/11a_aot.ipynb #ed2e6497
 def rows(shape, sharding, keys_dtypes: dict) -> dict:
     return {k: SDS(shape, d, sharding=sharding) for k, d in keys_dtypes.items()}
 
+# %% ../nbs/11a_aot.ipynb #7f64d986
 SFT_BATCH = {"inputs": jnp.int32, "targets": jnp.int32, "positions": jnp.int32, "segment_ids": jnp.int32,
              "loss_mask": jnp.float32}
 
@@ -180,6 +187,7 @@ def sft_programs(cfg, mesh) -> list:
     st = abstract_state(tr, trained_params(tr))
     return [compile_program("train step", tr._step, st, tr.frozen, rows((A, B, T), tr.batch_sh, SFT_BATCH), state=st)]
 
+# %% ../nbs/11a_aot.ipynb #d2ed4868
 def dpo_programs(cfg, mesh) -> list:
     "The preference step (`DPOTrainer._step`) on per_device_batch_size × chips pairs, chosen and rejected, of max_target_length."
     from maxpost.dpo import DPOTrainer
@@ -278,6 +286,7 @@ def _modes() -> dict:
             "train_rl": (train_rl.RLConfig, train_rl.default_config(), rl_programs, "batch_size"),
             "sample": (SampleConfig, None, sample_programs, "per_device_batch_size")}
 
+# %% ../nbs/11a_aot.ipynb #2d1473fc
 def verdict(recs: list, hbm: float) -> tuple[bool, str]:
     "(fits, reason): every program compiles, and with what stays resident beside it, stays within `hbm` GiB per chip."
     for r in recs:
@@ -292,6 +301,7 @@ def verdict(recs: list, hbm: float) -> tuple[bool, str]:
     over = " (the compiler reuses some of it)" if peak > hbm else ""
     return True, f"{peak:.2f} of {hbm:.2f} GiB per chip at the peak{over}"
 
+# %% ../nbs/11a_aot.ipynb #36ea4e23
 def describe(mode: str, cfg, mesh, topology: str) -> str:
     "One line: what is compiled, for which chips, with the resolved dtypes, remat and batch."
     kind = mesh.devices.flat[0].device_kind
@@ -312,6 +322,7 @@ def describe(mode: str, cfg, mesh, topology: str) -> str:
     return (f"{cfg.model_name or cfg.load_parameters_path} {what}{ft} on {topology} ({mesh.size} × {kind}): {shape}; "
             f"{cfg.dtype} compute, {cfg.weight_dtype} weights{remat}; mesh {dict(mesh.shape)}")
 
+# %% ../nbs/11a_aot.ipynb #87072075
 def check(mode: str, argv: list[str], topology: str = "v5e-1", results_file: str = "", quiet: bool = False) -> dict:
     "Compile `mode`'s programs for `topology` with the trainer's `key=value` config `argv`; a record with the verdict."
     from maxpost.sharding import make_mesh
@@ -345,6 +356,7 @@ def check(mode: str, argv: list[str], topology: str = "v5e-1", results_file: str
         with open(results_file, "a") as f: f.write(json.dumps(rec) + "\n")
     return rec
 
+# %% ../nbs/11a_aot.ipynb #c678cc4b
 def find_batch(mode: str, argv: list[str], topology: str, results_file: str = "", cap: int = 4096) -> int:
     "The largest batch (per_device_batch_size; RL: batch_size) at which `mode` fits `topology`: doubling, then bisection."
     key = _modes()[mode][3]
@@ -367,6 +379,7 @@ def find_batch(mode: str, argv: list[str], topology: str, results_file: str = ""
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
 
+# %% ../nbs/11a_aot.ipynb #d3a1c0b2
 def main(argv: list[str] | None = None):
     "Entry point of `python -m maxpost.aot train_sft|train_distill|train_dpo|train_rl|sample key=value … topology=v5e-1`."
     argv = sys.argv[1:] if argv is None else argv

@@ -137,6 +137,7 @@ def _rope_from_hf(hf: dict):
     if isinstance(rp, dict): return rp.get("rope_theta", hf.get("rope_theta")), hf.get("rope_local_base_freq"), rp
     return hf.get("rope_theta"), hf.get("rope_local_base_freq"), hf.get("rope_scaling") or {}
 
+# %% ../nbs/02_checkpoint.ipynb #ae8f761f
 def _scaling_from_hf(s: dict | None):
     if not s: return None
     kind = s.get("rope_type", s.get("type", "default"))
@@ -147,6 +148,7 @@ def _scaling_from_hf(s: dict | None):
                 int(s["original_max_position_embeddings"]))
     raise CheckpointError(f"unsupported rope scaling type {kind!r} in config.json")
 
+# %% ../nbs/02_checkpoint.ipynb #1253970e
 def config_from_hf(hf: dict) -> ModelConfig:
     "ModelConfig from an HF config.json dict."
     if "text_config" in hf: hf = {**hf["text_config"], "tie_word_embeddings": hf.get("tie_word_embeddings", True)}
@@ -177,6 +179,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
         if hf.get("use_sliding_window"): raise CheckpointError("Qwen 3 sliding-window configs are not supported")
     return ModelConfig(**d)
 
+# %% ../nbs/02_checkpoint.ipynb #15c8742e
 def config_to_hf(cfg: ModelConfig, **extra) -> dict:
     "An HF config.json dict for `cfg` (transformers 4.5x and 5.x read it; so does vLLM)."
     arch_name, model_type = HF_ARCH[cfg.arch]
@@ -201,6 +204,7 @@ def config_to_hf(cfg: ModelConfig, **extra) -> dict:
     if cfg.arch == "llama": hf |= dict(mlp_bias=False)
     return hf | extra
 
+# %% ../nbs/02_checkpoint.ipynb #153b371a
 def check_against_preset(cfg: ModelConfig, model_name: str) -> ModelConfig:
     "Raise naming the first field where `cfg` (read from a checkpoint) differs from preset `model_name`."
     preset = get_preset(model_name)

@@ -79,12 +79,14 @@ def sections(cls: Type[Config]) -> dict[str, Type[Config]]:
     return {k: f.annotation for k, f in cls.model_fields.items()
             if isinstance(f.annotation, type) and issubclass(f.annotation, Config)}
 
+# %% ../nbs/00_config.ipynb #f5793e0e
 def config_keys(cls: Type[Config], prefix: str = "") -> list[str]:
     "Every settable key of `cls`, sections' keys dotted."
     secs, out = sections(cls), []
     for k in cls.model_fields: out += config_keys(secs[k], f"{prefix}{k}.") if k in secs else [prefix + k]
     return out
 
+# %% ../nbs/00_config.ipynb #6d21a0e5
 def aliases(cls: Type[Config]) -> dict[str, tuple[Alias, type]]:
     "Every alias spelling of `cls` (its own and its bases'; a subclass's wins): name → (Alias, declaring class)."
     out = {}
@@ -93,10 +95,12 @@ def aliases(cls: Type[Config]) -> dict[str, tuple[Alias, type]]:
             for n in a.names: out[n] = (a, c)
     return out
 
+# %% ../nbs/00_config.ipynb #a081f0c3
 def _namespaces(cls: Type[Config]) -> dict[str, type]:
     "Prefixes `p` declared as `p.*` → the class whose keys they hold (`rl.num_generations` = `num_generations`)."
     return {n[:-2]: c for n, (a, c) in aliases(cls).items() if n.endswith(".*")}
 
+# %% ../nbs/00_config.ipynb #44998204
 def _owners(cls: Type[Config], key: str) -> list[str]:
     "Dotted paths of the sections (at any depth) that have a field `key`."
     out = []
@@ -105,24 +109,29 @@ def _owners(cls: Type[Config], key: str) -> list[str]:
         out += [f"{s}.{o}" for o in _owners(c, key)]
     return out
 
+# %% ../nbs/00_config.ipynb #9f6ef77b
 def _closest(key: str, cls: Type[Config]) -> str:
     keys = config_keys(cls) + [n for n in aliases(cls) if not n.endswith("*")]
     m = difflib.get_close_matches(key, keys + [k.rsplit(".", 1)[-1] for k in keys if "." in k], n=1, cutoff=0.5)
     return f"; did you mean {m[0]!r}?" if m else ""
 
+# %% ../nbs/00_config.ipynb #3ea7155b
 def _members(ann) -> list:
     "The non-None types of a union annotation, or [ann]; Annotated unwrapped."
     ts = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) in (Union, types.UnionType) else [ann]
     return [get_args(t)[0] if get_origin(t) is Annotated else t for t in ts]
 
+# %% ../nbs/00_config.ipynb #2976a2de
 def _allows_none(ann) -> bool:
     return get_origin(ann) in (Union, types.UnionType) and type(None) in get_args(ann)
 
+# %% ../nbs/00_config.ipynb #6ed97e87
 def _is_text(ann) -> bool:
     "True when every non-None type of `ann` is str or a Literal of strings: such a field keeps the raw text."
     return all(t is str or (get_origin(t) is Literal and all(isinstance(x, str) for x in get_args(t)))
                for t in _members(ann))
 
+# %% ../nbs/00_config.ipynb #a788df49
 def from_text(ann, text: str):
     "A command-line value for a field annotated `ann`: raw text for text fields, else a YAML scalar; 'none' is None."
     if text.strip().lower() in ("none", "null", "~") and _allows_none(ann): return None
@@ -131,17 +140,20 @@ def from_text(ann, text: str):
     try: return yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError: return text
 
+# %% ../nbs/00_config.ipynb #13bf7a14
 def _merge(a: dict, b: dict) -> dict:
     "b merged into a copy of a; dicts (sections) merge key by key."
     out = dict(a)
     for k, v in b.items(): out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
+# %% ../nbs/00_config.ipynb #736e274b
 def _field_ann(cls: Type[Config], dotted: str):
     "The annotation of the (dotted) field `dotted` of `cls`."
     head, _, rest = dotted.partition(".")
     return _field_ann(sections(cls)[head], rest) if rest else cls.model_fields[dotted].annotation
 
+# %% ../nbs/00_config.ipynb #f329ebd4
 def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: list, origin: str):
     "Append (dotted key of `root`, value, origin) for `key=v` set in `cls` (at `prefix`) to `out`."
     secs, als = sections(cls), aliases(cls)
@@ -176,6 +188,7 @@ def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: l
     if not owners: raise unknown(prefix + key)
     _resolve(cls, f"{owners[0]}.{key}", v, where, text, root, prefix, out, origin)
 
+# %% ../nbs/00_config.ipynb #4694e104
 def nest(d: dict, cls: Type[Config], where: str, text: bool = False, origins: dict | None = None) -> dict:
     """`d` (flat, dotted, nested or aliased keys, from one place) as a nested dict of `cls`'s fields; `text`: values
     are raw command-line text. An alias and its key both set in `d` is an error naming both. `origins`: filled with
@@ -204,10 +217,10 @@ def nest(d: dict, cls: Type[Config], where: str, text: bool = False, origins: di
         node[last] = v
     return out
 
+# %% ../nbs/00_config.ipynb #9d924b2a
 def check_keys(d: dict, cls: Type[Config], where: str):
     "Raise ConfigError for the first key of `d` that `cls` (with its sections) does not have."
     nest(d, cls, where)
-
 
 # %% ../nbs/00_config.ipynb #10adc0f1
 def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, str]]:
@@ -228,6 +241,7 @@ def parse_kv(argv: list[str]) -> tuple[str | None, dict[str, str]]:
         out[k.strip().lstrip("-").replace("-", "_")] = v
     return yml, out
 
+# %% ../nbs/00_config.ipynb #e27cf652
 def read_yaml(path) -> dict:
     "A YAML file's top-level mapping; a missing file or a syntax error is a one-line ConfigError naming the file."
     p = Path(path)
@@ -242,6 +256,7 @@ def read_yaml(path) -> dict:
     if not isinstance(d, dict): raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys, got {type(d).__name__}")
     return d
 
+# %% ../nbs/00_config.ipynb #262784a9
 def _validation_error(e: ValidationError, origins: dict | None = None) -> ConfigError:
     """The first error of `e` as a ConfigError naming its (dotted) key; when the user wrote another spelling
     (`origins`: key → spelling, from `nest`), the message names that spelling first and the key after it."""
@@ -256,6 +271,7 @@ def _validation_error(e: ValidationError, origins: dict | None = None) -> Config
     name = repr(key) if typed == key else f"{typed!r} ({key!r})"
     return ConfigError(f"bad value for {name}: {msg}{got}", key=key)
 
+# %% ../nbs/00_config.ipynb #748f033b
 def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Path | None = None, **defaults) -> T:
     "Build `cls` from: its defaults < `defaults` < base YAML < model_overrides[model_name] < argv YAML < argv key=value."
     argv = sys.argv[1:] if argv is None else argv
@@ -276,6 +292,7 @@ def load_config(cls: Type[T], argv: list[str] | None = None, base_yaml: str | Pa
     try: return cls(**merged)
     except ValidationError as e: raise _validation_error(e, origins) from None
 
+# %% ../nbs/00_config.ipynb #73365962
 def dump_config(cfg: Config, path):
     "Write the resolved config as YAML (the run folder keeps it next to the checkpoints; `load_config` reads it back)."
     Path(path).write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))

@@ -238,6 +238,7 @@ def iter_rows(rows, chunk: int):
         keys = list(part)
         for vals in zip(*part.values()): yield dict(zip(keys, vals))
 
+# %% ../nbs/04_data.ipynb #212fc63b
 def _encode(tokenizer, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
     "(ids [L] int32, offsets [L, 2]) per text, without special tokens added: one batched call of the Rust tokenizer."
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -248,6 +249,7 @@ def _encode(tokenizer, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(np.array(i, np.int32), np.array(o, np.int64).reshape(-1, 2))
             for i, o in zip(enc["input_ids"], enc["offset_mapping"])]
 
+# %% ../nbs/04_data.ipynb #e2f90279
 def tokenize_sft(rows, tokenizer, max_target_length: int, schema: str | None = None,
                  prompt_template: str | Callable | None = None, answer_format: str = "gsm8k",
                  overlong: str = "truncate", template_kwargs: dict | None = None,
@@ -292,6 +294,7 @@ def tokenize_sft(rows, tokenizer, max_target_length: int, schema: str | None = N
     if rep.skipped or rep.truncated or rep.straddled: logger.warning("%s", rep)
     return examples, rep
 
+# %% ../nbs/04_data.ipynb #23b0fc3a
 def tokenize_chat(messages: list[dict], tokenizer, **template_kwargs) -> SFTExample:
     "One chat's example (no length limit), e.g. to inspect a template's mask."
     ex, rep = tokenize_sft([{"messages": messages}], tokenizer, 10**9, "messages", template_kwargs=template_kwargs)
@@ -343,6 +346,7 @@ def fingerprint(examples: Sequence[SFTExample]) -> str:
     for e in examples: h.update(np.asarray(e.ids, np.int32).tobytes()); h.update(np.packbits(e.mask).tobytes()); h.update(b"|")
     return h.hexdigest()
 
+# %% ../nbs/04_data.ipynb #08bbf4e1
 class SFTDataIterator:
     "Deterministic, resumable batches of the contract from tokenized examples, packed or one example per row."
     def __init__(self, examples: Sequence[SFTExample], batch_size: int, max_target_length: int, seed: int = 0,

@@ -95,12 +95,14 @@ class Cluster(NamedTuple):
     evidence: str          # what was read, for messages
     guessed: bool = False  # the count could not be read in time and is taken as 1
 
+# %% ../nbs/12a_distributed.ipynb #51847bf0
 def _whole(env, var: str, default: int = 1) -> int:
     v = env.get(var)
     if v is None or not str(v).strip(): return default
     try: return int(v)
     except ValueError: raise DistributedError(f"{var}={v!r} in the environment is not a whole number") from None
 
+# %% ../nbs/12a_distributed.ipynb #1f8832d3
 def _within(fn, timeout: float):
     "fn()'s value when it returns within `timeout` s; else its exception, or a TimeoutError (fn runs on in a daemon thread)."
     box = {}
@@ -111,6 +113,7 @@ def _within(fn, timeout: float):
     if "value" in box: return box["value"]
     raise box.get("error") or TimeoutError(f"no answer within {timeout:g} s")
 
+# %% ../nbs/12a_distributed.ipynb #9d87d0d2
 def _metadata(key: str, env, timeout: float) -> str:
     "The TPU VM's metadata attribute `key`, where JAX reads it (`GCE_METADATA_IP` too), in one try without a proxy."
     host = env.get("GCE_METADATA_IP", "metadata.google.internal")
@@ -121,18 +124,22 @@ def _metadata(key: str, env, timeout: float) -> str:
             return r.read().decode()
     return _within(get, timeout)
 
+# %% ../nbs/12a_distributed.ipynb #524514c5
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
+# %% ../nbs/12a_distributed.ipynb #7e332eb7
 def _ompi(cls, env, tpu_vm, timeout):
     if "OMPI_MCA_orte_hnp_uri" not in env: return None
     return Cluster(cls.name, _whole(env, "OMPI_COMM_WORLD_SIZE"), f"OMPI_COMM_WORLD_SIZE={env.get('OMPI_COMM_WORLD_SIZE')}")
 
+# %% ../nbs/12a_distributed.ipynb #f5e083fe
 def _slurm(cls, env, tpu_vm, timeout):
     if not all(v in env for v in ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")):
         return None
     return Cluster(cls.name, _whole(env, "SLURM_NTASKS"), f"SLURM_NTASKS={env['SLURM_NTASKS']}")
 
+# %% ../nbs/12a_distributed.ipynb #6925ebc0
 def _gke_tpu(cls, env, tpu_vm, timeout):
     var = next((v for v in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES") if v in env), None)
     if not tpu_vm or var is None: return None
@@ -140,6 +147,7 @@ def _gke_tpu(cls, env, tpu_vm, timeout):
     return Cluster(cls.name, hosts * slices, f"{var}={env[var]!r}, MEGASCALE_NUM_SLICES="
                                              f"{env.get('MEGASCALE_NUM_SLICES', 'unset')}: {hosts} × {slices}")
 
+# %% ../nbs/12a_distributed.ipynb #91cb3237
 def _gce_tpu(cls, env, tpu_vm, timeout):
     if not tpu_vm or env.get("TPU_SKIP_MDS_QUERY") is not None: return None
     try: hosts = len(_metadata("worker-network-endpoints", env, timeout).split(","))
@@ -155,6 +163,7 @@ def _gce_tpu(cls, env, tpu_vm, timeout):
     n = _whole({"MEGASCALE_NUM_SLICES": slices}, "MEGASCALE_NUM_SLICES")
     return Cluster(cls.name, hosts * n, f"the metadata server lists {hosts} TPU worker{'s' * (hosts > 1)} × {n} slice(s)")
 
+# %% ../nbs/12a_distributed.ipynb #eb85708c
 def _k8s(cls, env, tpu_vm, timeout):
     import importlib.util
     if "KUBERNETES_SERVICE_HOST" not in env or importlib.util.find_spec("kubernetes") is None: return None
@@ -162,6 +171,7 @@ def _k8s(cls, env, tpu_vm, timeout):
         return Cluster(cls.name or "k8s", 1, "a Kubernetes pod outside an Indexed Job (no JOB_COMPLETION_INDEX)")
     return _ask_jax(cls, env, tpu_vm, timeout, what="its Job's parallelism")
 
+# %% ../nbs/12a_distributed.ipynb #03c660d2
 def _ask_jax(cls, env, tpu_vm, timeout, what: str = "its process count"):
     "A cluster maxpost has no rule for (or Kubernetes): JAX's own `is_env_present` and `get_process_count`, in time."
     try: n = _within(lambda: cls.is_env_present() and int(cls.get_process_count()), timeout)
@@ -170,6 +180,7 @@ def _ask_jax(cls, env, tpu_vm, timeout, what: str = "its process count"):
                                                     f"({_first_line(e)}): running as one process", guessed=True)
     return Cluster(cls.name or cls.__name__, n, f"JAX's {cls.__name__} reads {what}: {n}") if n else None
 
+# %% ../nbs/12a_distributed.ipynb #1d1032f2
 _COUNTS = {"OmpiCluster": _ompi, "SlurmCluster": _slurm, "GkeTpuCluster": _gke_tpu, "GceTpuCluster": _gce_tpu,
            "K8sCluster": _k8s, "BaseTpuCluster": lambda *a: None}
 
@@ -184,6 +195,7 @@ def _tpu_vm() -> bool:
             return bool(cloud_tpu_init.running_in_cloud_tpu_vm)
         except Exception: return False
 
+# %% ../nbs/12a_distributed.ipynb #53ceb78d
 def cluster_processes(env: dict | None = None, tpu_vm: bool | None = None, timeout: float = PROBE_TIMEOUT) -> Cluster | None:
     "The first cluster, in JAX's order, that this process runs in and its number of processes; None when there is none."
     env = os.environ if env is None else env

@@ -93,10 +93,12 @@ def response_window(loss_mask, parts: int = 4) -> np.ndarray:
     start = np.minimum(first, T - W)
     return (start[:, None] + np.arange(W)[None, :]).astype(np.int32)
 
+# %% ../nbs/13c_dpo.ipynb #f3daaa5e
 def with_window(batch: dict) -> dict:
     "`batch` with its `window` (`response_window` of its loss mask) added when it has none."
     return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"])}
 
+# %% ../nbs/13c_dpo.ipynb #85fae026
 class DPOTrainer(Trainer):
     "`maxpost.trainer.Trainer` with the preference loss: [A, 2B, T] batches (chosen then rejected) and `ref_logps` [A, 2B]."
     def __init__(self, cfg: DPOConfig, mcfg, base_params: dict, mesh=None):
@@ -195,6 +197,7 @@ class DPOTrainer(Trainer):
         return {"loss": float(np.mean(loss)), **m, "preference_accuracy": float(wins.mean()),
                 "preference_accuracy_ci": [lo, hi], "pairs": len(pairs), "wins": wins}
 
+# %% ../nbs/13c_dpo.ipynb #22df6fae
 def _progress(it, desc: str):
     from tqdm.auto import tqdm
     return tqdm(it, desc=desc, total=it.batches_per_epoch(0), leave=False, file=sys.stderr)

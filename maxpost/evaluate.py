@@ -104,6 +104,7 @@ def _as_config(cfg) -> EvalConfig:
     if isinstance(cfg, dict): return EvalConfig(**cfg)
     raise TypeError(f"cfg must be an EvalConfig or a dict, not {type(cfg).__name__}")
 
+# %% ../nbs/08b_evaluate.ipynb #23e84125
 def score_results(row: dict, results: list, template: str, fallback_last_number: bool = False) -> dict:
     "The fields of a problem's record computed from its GenerationResults."
     gold = format_gold(row["answer"])
@@ -113,6 +114,7 @@ def score_results(row: dict, results: list, template: str, fallback_last_number:
                 format_ok=[format_ok(t, template) for t in texts], lengths=[len(r.token_ids) for r in results],
                 finish_reasons=[r.finish_reason for r in results])
 
+# %% ../nbs/08b_evaluate.ipynb #4521bec1
 def render_prompts(rows: Sequence[dict], tokenizer, cfg: EvalConfig) -> list[tuple[str, list[int]]]:
     "Each row's question in `cfg.prompt_template` (with `cfg.few_shot` solved examples) through the chat template: (text, ids)."
     shots = load_gsm8k("train", cfg.few_shot) if cfg.few_shot else None
@@ -123,6 +125,7 @@ def render_prompts(rows: Sequence[dict], tokenizer, cfg: EvalConfig) -> list[tup
         out.append((text, list(tokenizer.encode(text, add_special_tokens=False))))
     return out
 
+# %% ../nbs/08b_evaluate.ipynb #44ef3bbd
 def headline(summary: dict) -> str:
     "'accuracy 0.310 [0.250, 0.380] on 200 of 1319 problems': the mode's metric and the cap, on one line."
     e = summary["eval"]
@@ -130,6 +133,7 @@ def headline(summary: dict) -> str:
     return (f"{e['headline']} {m['value']:.3f} [{m['ci'][0]:.3f}, {m['ci'][1]:.3f}] on {summary['n_problems']} of "
             f"{e['n_available']} problems")
 
+# %% ../nbs/08b_evaluate.ipynb #bf4b9e9b
 def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: EvalConfig | dict | None = None,
              out_dir=None, progress: bool = True) -> tuple[dict, list[dict]]:
     "Generate, check and summarize `dataset_rows` under `cfg`; returns (summary, per-problem records)."

@@ -43,6 +43,7 @@ def truncate_logits(x, top_k, top_p):
     thresh = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # [B, 1]
     return jnp.where(x >= thresh, x, -jnp.inf)
 
+# %% ../nbs/06_generate.ipynb #7de4ec95
 def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
     """Index [B] drawn from softmax(z) (z [B, V], -inf allowed) by uniforms u [B] in [0, 1): two-level inverse CDF.
     with_lse: also return logsumexp(z) [B], from the same exponentials."""
@@ -67,6 +68,7 @@ def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
     tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
     return (tok, zmax[:, 0] + jnp.log(cb[:, -1])) if with_lse else tok
 
+# %% ../nbs/06_generate.ipynb #3aecef73
 def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False):
     """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
     logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key)."""
@@ -90,7 +92,6 @@ def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_l
     tok, lp, lq = jax.lax.cond(temperature > 0, sample, greedy, None)
     return tok, lp.astype(jnp.float32), lq
 
-
 # %% ../nbs/06_generate.ipynb #13c9bdef
 def bucket_length(n: int, minimum: int = 16, step: int = 64) -> int:
     "n rounded up to a power of two >= minimum, or to a multiple of `step` above `step`."
@@ -111,12 +112,14 @@ def decode_weights(model: Decoder) -> list[dict]:
     fused = fuse_weights({k: getattr(model, k)[...].astype(model.dtype) for k in LAYER_KEYS if hasattr(model, k)})
     return [{k: v[l] for k, v in fused.items()} for l in range(model.cfg.num_layers)]
 
+# %% ../nbs/06_generate.ipynb #d33dbb60
 DECODE_BLOCK = 64   # slots per block of the rows' own cache; blocks after the current slot are skipped
 
 def decode_blocks(n: int, block: int = DECODE_BLOCK) -> list[int]:
     "Sizes of the blocks that make up an n-slot decode cache."
     return [block] * (n // block) + ([n % block] if n % block else [])
 
+# %% ../nbs/06_generate.ipynb #1ec141f4
 def rope_tables(cfg, length: int, dtype) -> dict:
     "cos, sin [length, hd] of every position below `length`, for global (False) and sliding (True) layers."
     table = lambda inv: tuple(a[0] for a in rope_cos_sin(jnp.arange(length)[None], inv, dtype))
@@ -125,6 +128,7 @@ def rope_tables(cfg, length: int, dtype) -> dict:
     out[True] = table(inv[True]) if cfg.rope_local_theta is not None else out[False]
     return out
 
+# %% ../nbs/06_generate.ipynb #b38c4a9f
 def cached_attention(cfg, prefix, blocks, pmask, dmask, step, used):
     """`attend` of `decoder_layer` for one token per row over the two caches of one layer.
     prefix: (keys [U, K, hd, T], values [U, K, T, hd]) of the prompts, shared by the R = B / U rows of each prompt;
@@ -169,6 +173,7 @@ def cached_attention(cfg, prefix, blocks, pmask, dmask, step, used):
         return (o / den[..., None]).astype(dt).reshape(B, 1, H, hd), (tuple(keys), tuple(values))
     return attend
 
+# %% ../nbs/06_generate.ipynb #4842b82e
 def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, pos, rope: dict):
     """One token per row through every layer: `decoder_layer` with `cached_attention`.
     w: `decode_weights(model)`. prefix: (keys, values), one [U, K, hd, T] / [U, K, T, hd] pair per layer, the prompts'
@@ -198,12 +203,14 @@ def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, po
         x, (keys[l], values[l]) = decoder_layer(cfg, p, x, *cs[sl], attend)
     return model.final(x[:, 0]), (tuple(keys), tuple(values))
 
+# %% ../nbs/06_generate.ipynb #122c2c2e
 _TRACE_COUNT = [0]   # how many times the generation program was traced (a compile per new shape)
 
 def trace_count() -> int:
     "Number of times the native generation program has been traced in this process."
     return _TRACE_COUNT[0]
 
+# %% ../nbs/06_generate.ipynb #62053ba6
 @partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
                     top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool):
@@ -261,6 +268,7 @@ def _to_state_leaves(params) -> dict:
     if not isinstance(params, dict): raise TypeError(f"sync_weights wants a Decoder, nnx.State or dict, not {type(params).__name__}")
     return {k: (v[...] if isinstance(v, nnx.Variable) else v) for k, v in params.items()}
 
+# %% ../nbs/06_generate.ipynb #b46f2ded
 class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,

@@ -51,20 +51,24 @@ def _chunked(x, c: int, n: int, pad: int):
     "x [N, ...] zero-padded to n·c rows and split into [n, c, ...]."
     return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(n, c, *x.shape[1:])
 
+# %% ../nbs/05c_head_loss.ipynb #a948f4ae
 def _rows(x, lo, size: int):
     "x[lo:lo+size] for a static or traced start."
     return x[lo:lo + size] if isinstance(lo, int) else jax.lax.dynamic_slice_in_dim(x, lo, size)
 
+# %% ../nbs/05c_head_loss.ipynb #4f776c66
 def head_tiles(mesh, chunk_size: int) -> tuple[int, int]:
     """(positions, vocabulary rows) per logits tile for a trainer on `mesh`: (FUSED_CHUNK, VOCAB_BLOCK), or, when the
     mesh's tensor axis shards the vocabulary, (chunk_size, 0): the whole vocabulary in one block, which XLA splits
     over the devices, where a loop over blocks would gather the head onto each device."""
     return (FUSED_CHUNK, VOCAB_BLOCK) if dict(mesh.shape).get("tensor", 1) == 1 else (chunk_size, 0)
 
+# %% ../nbs/05c_head_loss.ipynb #da6fbf73
 def _block_rows(V: int, block: int) -> int:
     "Vocabulary rows per block: `block`, at most V (0: one block of all V)."
     return min(block, V) if block > 0 else V
 
+# %% ../nbs/05c_head_loss.ipynb #c456ae6a
 def _over_blocks(V: int, block: int, fn, carry):
     """carry ← fn(lo, size, carry) for the vocabulary blocks [lo, lo + size) of `_block_rows(V, block)` rows, then the
     remainder."""
@@ -74,6 +78,7 @@ def _over_blocks(V: int, block: int, fn, carry):
     else: carry = jax.lax.fori_loop(0, nb, lambda i, cr: fn(i * vb, vb, cr), carry)
     return fn(nb * vb, tail, carry) if tail else carry
 
+# %% ../nbs/05c_head_loss.ipynb #241692a4
 def _scaled(u, cap, temperature: float):
     "(z, ∂z/∂u) for pre-cap logits u: z = cap·tanh(u/cap)/τ (no cap: u/τ); ∂z/∂u None when it is 1."
     if cap is None: z, k = u, None
@@ -81,6 +86,7 @@ def _scaled(u, cap, temperature: float):
     if temperature != 1.0: z, k = z / temperature, (1.0 if k is None else k) / temperature
     return z, k
 
+# %% ../nbs/05c_head_loss.ipynb #5775d77e
 def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK,
            temperature: float = 1.0, entropy: bool = False):
     """(NLL [N], ∂/∂h [N, d], ∂/∂w [V, d], entropy [N]) of softmax(z/τ), the gradients those of Σ weights·NLL (None
@@ -147,6 +153,7 @@ def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, 
     if need_dw: dw = dw.at[targets].add(-gt[:, None] * h.astype(jnp.float32))
     return nll, dh, dw, ent
 
+# %% ../nbs/05c_head_loss.ipynb #af3e468e
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
 def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int = FUSED_CHUNK, need_dw: bool = True,
                   mm_dtype=None, block: int = VOCAB_BLOCK):
@@ -156,14 +163,17 @@ def fused_nll_sum(h, w, targets, weights, cap: float | None = None, chunk: int =
     # mm_dtype: bfloat16 for bfloat16 matmul inputs with float32 accumulation (bf16_matmuls); None: as h
     return jnp.sum(_fused(h, w, targets, weights, cap, chunk, False, False, mm_dtype, block)[0] * weights)
 
+# %% ../nbs/05c_head_loss.ipynb #414fea0a
 def _fused_fwd(h, w, targets, weights, cap, chunk, need_dw, mm_dtype, block):
     nll, dh, dw, _ = _fused(h, w, targets, weights, cap, chunk, True, need_dw, mm_dtype, block)
     return jnp.sum(nll * weights), (dh, dw, jnp.zeros((), w.dtype))
 
+# %% ../nbs/05c_head_loss.ipynb #cb09e2c8
 def _fused_bwd(cap, chunk, need_dw, mm_dtype, block, res, g):
     dh, dw, w_dtype = res
     return ((dh * g).astype(dh.dtype), None if dw is None else (dw * g).astype(w_dtype.dtype), None, None)
 
+# %% ../nbs/05c_head_loss.ipynb #9169ba56
 fused_nll_sum.defvjp(_fused_fwd, _fused_bwd)
 
 @partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
@@ -175,14 +185,17 @@ def frozen_head_nll(h, w, targets, cap: float | None = None, temperature: float 
     nll, _, _, ent = _fused(h, w, targets, ones, cap, chunk, False, False, mm_dtype, block, temperature, True)
     return nll, ent
 
+# %% ../nbs/05c_head_loss.ipynb #156b7c4f
 def _frozen_fwd(h, w, targets, cap, temperature, mm_dtype, block, chunk):
     ones = jnp.ones(targets.shape, jnp.float32)
     nll, dh, _, ent = _fused(h, w, targets, ones, cap, chunk, True, False, mm_dtype, block, temperature, True)
     return (nll, ent), dh                          # dh [N, d]: ∂NLL_t/∂h_t, one row per token
 
+# %% ../nbs/05c_head_loss.ipynb #2ec18ee4
 def _frozen_bwd(cap, temperature, mm_dtype, block, chunk, dh, g):
     return (g[0][:, None] * dh).astype(dh.dtype), None, None
 
+# %% ../nbs/05c_head_loss.ipynb #8a029e60
 frozen_head_nll.defvjp(_frozen_fwd, _frozen_bwd)
 
 def head_weight(model: Decoder):

@@ -69,6 +69,7 @@ class ModelKeys(Config):
         auto = {k: v for k, v in backend_defaults(backend).items() if getattr(self, k, None) == "auto"}
         return self.model_copy(update=auto) if auto else self
 
+# %% ../nbs/04b_loop.ipynb #b695880a
 class MeshKeys(DistributedKeys):
     "The device mesh: data × fsdp × tensor (maxpost.sharding), across the processes of `DistributedKeys`."
     ici_fsdp_parallelism: Annotated[int, Field(ge=-1)] = -1   # -1: all devices left over by the tensor axis
@@ -95,6 +96,7 @@ class MeshKeys(DistributedKeys):
                               f"device(s) = {len(devs)} devices)",
                               key="dcn_data_parallelism" if "dcn" in str(e) else "ici_fsdp_parallelism") from e
 
+# %% ../nbs/04b_loop.ipynb #c04ad952
 class RunKeys(Config):
     "Where a run writes, how long it runs, and what it keeps."
     run_name: str = ""
@@ -115,6 +117,7 @@ class RunKeys(Config):
                    alias("output_dir", "base_output_directory", source="TRL", example="output_dir=/tmp/out"),
                    alias("max_steps", "steps", source="TRL"))
 
+# %% ../nbs/04b_loop.ipynb #01d12105
 class OptimizerKeys(Config):
     "AdamW with global-norm clipping, linear warmup and cosine decay (MaxText's names)."
     learning_rate: NonNegFloat = 2e-5
@@ -193,10 +196,12 @@ def jit_sharded(fn: Callable, mesh, in_shardings, out_shardings, donate_argnums=
 class NonFiniteError(ValueError):
     "A step's loss or gradient norm is NaN or infinite; nothing of that step was saved."
 
+# %% ../nbs/04b_loop.ipynb #e75aa8f5
 def peak_rss_gib() -> float:
     "Peak resident memory of this process, GiB."
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20     # Linux reports KiB
 
+# %% ../nbs/04b_loop.ipynb #d7654fbd
 def keep_metrics_until(path: Path, step: int):
     "Drop lines of a metrics.jsonl after `step` (steps a killed run made past its last checkpoint), and torn lines."
     path = Path(path)
@@ -208,20 +213,24 @@ def keep_metrics_until(path: Path, step: int):
         if rec.get("step", step + 1) <= step: keep.append(l)
     path.write_text("".join(l + "\n" for l in keep))
 
+# %% ../nbs/04b_loop.ipynb #b07b57c1
 def _tb_name(k: str) -> str:
     return k if "/" in k else f"eval/{k[5:]}" if k.startswith("eval_") else f"train/{k}"
 
+# %% ../nbs/04b_loop.ipynb #6fd1cbff
 def _plain(v):
     "A numpy/jax scalar as a Python int or float; anything else unchanged."
     a = np.asarray(v) if hasattr(v, "dtype") else None
     if a is None or a.ndim: return v
     return int(a) if a.dtype.kind in "iu" else bool(a) if a.dtype.kind == "b" else float(a)
 
+# %% ../nbs/04b_loop.ipynb #36da2dae
 def _scalars(d: dict) -> dict:
     "The numbers of `d`, as Python scalars (bools and other values dropped)."
     d = {k: _plain(v) for k, v in d.items()}
     return {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
+# %% ../nbs/04b_loop.ipynb #d73c2457
 class RunLoop:
     "A run's folder, checkpoints (state + data position), metric sinks, time budget, eval hook and non-finite guard."
     def __init__(self, cfg: RunKeys, state: Any, data: Any = None, *, run_dir: str | Path | None = None,

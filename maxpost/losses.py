@@ -144,6 +144,7 @@ def _masked_stats(ratio, clip_low, clip_high, w) -> dict:
                 ratio_min=jnp.where(any_, jnp.min(jnp.where(w > 0, ratio, jnp.inf)), 1.0),
                 ratio_max=jnp.where(any_, jnp.max(jnp.where(w > 0, ratio, -jnp.inf)), 1.0))
 
+# %% ../nbs/09_losses.ipynb #23e13da0
 def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled tokens (float32 log-softmax)
                 old_per_token_logps,          # [B, T] log π_old of the same tokens; None: sg[per_token_logps]
                 advantages,                   # [B] per sequence ([B, T] per token allowed for grpo / gspo-token)
@@ -331,6 +332,7 @@ class LossConfig:
                     loss_agg_mode=self.loss_agg_mode, max_completion_length=self.max_completion_length,
                     sapo_temperature_pos=self.sapo_temperature_pos, sapo_temperature_neg=self.sapo_temperature_neg)
 
+# %% ../nbs/09_losses.ipynb #b7e408e8
 LOSS_PRESETS: dict[str, LossConfig] = {
     "grpo": LossConfig(name="grpo", beta=0.04, kl_method="k3"),
     "gspo": LossConfig(name="gspo", loss_algo="gspo", epsilon=GSPO_EPSILON, epsilon_high=GSPO_EPSILON_HIGH),
@@ -367,6 +369,7 @@ def loss_preset(name: str) -> LossConfig:
         raise ValueError(f"unknown loss preset {name!r}; known: {', '.join(LOSS_PRESETS)}")
     return LOSS_PRESETS[name]
 
+# %% ../nbs/09_losses.ipynb #4c6619a4
 def resolve_loss_config(name: str, **overrides) -> LossConfig:
     "Preset `name` with `overrides` applied; a ValueError names any override that contradicts the preset."
     name, overrides = canonical("loss_algo", name), {k: canonical(k, v) for k, v in overrides.items()}

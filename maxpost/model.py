@@ -214,15 +214,18 @@ def activation(name: str):
     if name == "gelu_tanh": return lambda x: jax.nn.gelu(x, approximate=True)
     raise ValueError(f"unknown activation {name!r}")
 
+# %% ../nbs/01_model.ipynb #73d5986f
 def softcap(x, cap: float | None):
     "cap · tanh(x / cap) (Gemma's logit soft-capping), or x when cap is None."
     return x if cap is None else jnp.tanh(x / cap) * cap
 
+# %% ../nbs/01_model.ipynb #c725ae2d
 def layer_inv_freqs(cfg: ModelConfig) -> dict:
     "RoPE inverse frequencies of full (False) and sliding (True) layers."
     inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
     return {False: inv, True: rope_inv_freq(cfg.head_dim, cfg.rope_local_theta) if cfg.rope_local_theta is not None else inv}
 
+# %% ../nbs/01_model.ipynb #9326c352
 def fuse_weights(p: dict) -> dict:
     """Layer weights `p` (one layer, or stacked [L, ...]) with q/k/v fused into `wqkv` [.., d, (H + 2K)·hd], `wo`
     flattened to [.., H·hd, d] and gate/up fused into `wgu` [.., d, 2F]: four matmuls per layer instead of seven, for
@@ -235,6 +238,7 @@ def fuse_weights(p: dict) -> dict:
                 wgu=jnp.concatenate([p["w_gate"], p["w_up"]], -1), w_down=p["w_down"])
     return out
 
+# %% ../nbs/01_model.ipynb #b03e1775
 def _qkv(cfg: ModelConfig, h, p: dict):
     "q [B, T, H, hd], k, v [B, T, K, hd] of h [B, T, d], from separate or fused (`wqkv`) weights."
     if "wqkv" not in p:              # named for the remat policies that keep them (REMAT_POLICIES)
@@ -246,11 +250,13 @@ def _qkv(cfg: ModelConfig, h, p: dict):
     return (y[..., :H * hd].reshape(B, T, H, hd), y[..., H * hd:(H + K) * hd].reshape(B, T, K, hd),
             y[..., (H + K) * hd:].reshape(B, T, K, hd))
 
+# %% ../nbs/01_model.ipynb #d323c6b3
 def _out(o, p: dict):
     "Output projection of o [B, T, H, hd] to [B, T, d], separate ([H, hd, d]) or flattened ([H·hd, d]) `wo`."
     if p["wo"].ndim == 2: return o.reshape(*o.shape[:2], -1) @ p["wo"]
     return checkpoint_name(project("btnh,nhd->btd", checkpoint_name(o, "context"), p, "wo"), "out_proj")
 
+# %% ../nbs/01_model.ipynb #22252d69
 def _mlp(cfg: ModelConfig, h, p: dict):
     "act(h W_gate) ⊙ (h W_up) W_down, from separate or fused (`wgu`) weights."
     act = activation(cfg.activation)
@@ -260,6 +266,7 @@ def _mlp(cfg: ModelConfig, h, p: dict):
     F = gu.shape[-1] // 2
     return (act(gu[..., :F]) * gu[..., F:]) @ p["w_down"]
 
+# %% ../nbs/01_model.ipynb #4686f441
 def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     """One block. x [B, T, d]; cos/sin [B, T, hd]; p: one layer's weights, separate or `fuse_weights`'d.
     attend(q [B, T, H, hd], k [B, T, K, hd], v [B, T, K, hd]) -> (o [B, T, H, hd], state) is the attention (masked over
@@ -277,18 +284,21 @@ def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
     return x + h, state
 
+# %% ../nbs/01_model.ipynb #fdb9a357
 def tpu_lowering() -> bool:
     """May this process lower a program for a TPU? On a TPU backend, or where `MAXPOST_TPU_LOWERING=1` (set by
     `maxpost.aot`, which compiles for a TPU from a CPU). Elsewhere the TPU-only branches are not traced at all:
     `lax.platform_dependent` traces every branch, and the kernels' trace would cost a CPU run its time for nothing."""
     return jax.default_backend() == "tpu" or os.environ.get("MAXPOST_TPU_LOWERING") == "1"
 
+# %% ../nbs/01_model.ipynb #a6698866
 def use_splash() -> bool:
     """Attend with the splash kernels on a TPU? Opt-in for now (`MAXPOST_ATTENTION=splash`): a Mosaic kernel is not
     partitioned by XLA, so on a mesh of more than one device the plain call does not lower; it must first be wrapped in
     `shard_map` over the batch axes. On one chip it lowers and compiles."""
     return tpu_lowering() and os.environ.get("MAXPOST_ATTENTION") == "splash"
 
+# %% ../nbs/01_model.ipynb #099a2a25
 def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8, segment_ids=None, sliding=False):
     """`attend` over whole sequences: mask [B, 1, 1, T, S]. kv: (k_cache, v_cache) [B, S, K, hd] into which this
     call's keys and values are written at slot `end` (state: the new pair), or None (S == T, state None). Without a
@@ -325,6 +335,7 @@ def init_std(name: str, shape: tuple) -> float | None:
     if axes[-1] in ("norm", "head_dim") and len(shape) <= 2: return None
     return float((shape[-3] * shape[-2] if "q_heads" in axes[:2] else shape[-2]) ** -0.5)
 
+# %% ../nbs/01_model.ipynb #72ef3d33
 def init_param(cfg: ModelConfig, name: str, shape: tuple, normal, dtype, xp=jnp):
     """Weight `name` at init, the one rule every init follows: `normal(shape)` (float32 standard normal draws) ×
     `init_std`, or a norm scale's neutral value (0 under Gemma's (1 + w), else 1); `xp`: numpy or jax.numpy."""
@@ -332,6 +343,7 @@ def init_param(cfg: ModelConfig, name: str, shape: tuple, normal, dtype, xp=jnp)
     if std is None: return xp.full(shape, 0.0 if cfg.norm_plus_one else 1.0, dtype)
     return (normal(shape) * std).astype(dtype)
 
+# %% ../nbs/01_model.ipynb #d8bee8c9
 _CP = jax.checkpoint_policies
 REMAT_POLICIES = {                   # what the backward keeps of each layer (MaxText's names; `dots` is maxpost's)
     "none": None,                                                   # everything

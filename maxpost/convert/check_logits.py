@@ -43,10 +43,12 @@ def parity_batch(tok, long_len: int = 600):
     for i, e in enumerate(enc): ids[i, :len(e)], mask[i, :len(e)] = e, 1
     return ids, mask
 
+# %% ../../nbs/03d_check_logits.ipynb #59ac21be
 def _log_softmax64(x):
     x = x.astype(np.float64); x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
+# %% ../../nbs/03d_check_logits.ipynb #4ef2ceef
 def compare_logits(ref: np.ndarray, out, mask: np.ndarray) -> dict:
     """max |Δlogit|, mean KL(ref‖out) and top-1 agreement over positions where mask is 1.
     ref [B, T, V]; out [B, T, V], or a function b -> [T, V] so that only one row of maxpost logits exists at a time."""
@@ -63,6 +65,7 @@ def compare_logits(ref: np.ndarray, out, mask: np.ndarray) -> dict:
     return dict(max_abs_diff=max_abs, kl=float(np.concatenate(kls).mean()), top1=float(np.concatenate(agree).mean()),
                 positions=int(v.sum()))
 
+# %% ../../nbs/03d_check_logits.ipynb #a573dd90
 def hf_logits(hf_model_path, ids, mask, dtype: str = "float32") -> np.ndarray:
     "Logits [B, T, V] (float32 numpy) from transformers on the CPU."
     import torch
@@ -73,6 +76,7 @@ def hf_logits(hf_model_path, ids, mask, dtype: str = "float32") -> np.ndarray:
         out = m(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(mask)).logits
     return out.float().numpy()
 
+# %% ../../nbs/03d_check_logits.ipynb #22791e23
 def maxpost_logits(model, ids, mask):
     "A function b -> logits [T, V] (float32 numpy) of row b, from one jitted forward pass over the right-padded batch."
     import jax, jax.numpy as jnp
@@ -84,6 +88,7 @@ def maxpost_logits(model, ids, mask):
     row = jax.jit(lambda st, h: nnx.merge(graphdef, st).logits(h))
     return lambda b: np.asarray(row(state, hidden[b]), np.float32)
 
+# %% ../../nbs/03d_check_logits.ipynb #abbd544a
 def check_logits(hf_model_path, load_parameters_path=None, dtype: str = "float32", long_len: int = 600) -> dict:
     "Compare transformers and maxpost logits on the parity batch; maxpost reads `load_parameters_path` or the HF folder."
     import jax.numpy as jnp

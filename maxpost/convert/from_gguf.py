@@ -69,6 +69,7 @@ def _field(reader, key, default=None):
     v = f.contents()
     return v
 
+# %% ../../nbs/03a_from_gguf.ipynb #827c5879
 def gguf_config(reader) -> ModelConfig:
     "ModelConfig from GGUF metadata (gemma3 and llama architectures)."
     arch = _field(reader, "general.architecture")
@@ -96,6 +97,7 @@ def gguf_config(reader) -> ModelConfig:
                   rope_theta=float(g("rope.freq_base", 10_000.0)), activation="silu")
     return ModelConfig(**d)
 
+# %% ../../nbs/03a_from_gguf.ipynb #3da7f697
 GGUF_LAYER = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
               "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
               "attn_k_norm": "self_attn.k_norm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -115,11 +117,13 @@ def gguf_to_hf_name(name: str, arch: str) -> str:
     if part not in m: raise CheckpointError(f"unexpected GGUF tensor {name!r}")
     return f"model.layers.{i}.{m[part]}.{w}"
 
+# %% ../../nbs/03a_from_gguf.ipynb #9121f745
 def unpermute_llama_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     "Undo llama.cpp's q/k row permutation: w [heads*hd, in] in GGUF order → HF order."
     out_dim = w.shape[0]
     return w.reshape(n_heads, out_dim // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
+# %% ../../nbs/03a_from_gguf.ipynb #d68acc04
 def gguf_tensor(t, cfg: ModelConfig) -> np.ndarray:
     "Dequantise one GGUF tensor to float32 in HF layout and value convention."
     from gguf import GGMLQuantizationType as Q

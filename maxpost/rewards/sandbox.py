@@ -107,12 +107,14 @@ class _MathVerifyWorker:
     def close(self):
         with self.lock: self._kill()
 
+# %% ../../nbs/07b_math_verify.ipynb #7b835d0c
 _MV_WORKER: _MathVerifyWorker | None = None
 
 def _mv_available() -> bool:
     "Whether math_verify can be imported (checked without importing it)."
     return os.name == "posix" and importlib.util.find_spec("math_verify") is not None
 
+# %% ../../nbs/07b_math_verify.ipynb #d6eca918
 def _worker() -> _MathVerifyWorker:
     global _MV_WORKER
     if _MV_WORKER is None:
@@ -120,11 +122,13 @@ def _worker() -> _MathVerifyWorker:
         _MV_WORKER = _MathVerifyWorker(); atexit.register(_MV_WORKER.close)
     return _MV_WORKER
 
+# %% ../../nbs/07b_math_verify.ipynb #9d025605
 def warm_math_verify() -> bool:
     "Start the math_verify worker now (about a second), so that the first symbolic check is not slowed; True if up."
     if not _mv_available(): return False
     return _worker().compare("1", "1", MV_STARTUP_S) is True
 
+# %% ../../nbs/07b_math_verify.ipynb #94e863a4
 def _depth(s: str) -> int:
     "Maximum nesting of (), [] and {} in `s`."
     d = best = 0
@@ -133,6 +137,7 @@ def _depth(s: str) -> int:
         elif ch in ")]}": d = max(d - 1, 0)
     return best
 
+# %% ../../nbs/07b_math_verify.ipynb #53d2004f
 def mv_equal(pred: str, gold: str, timeout_s: float = MV_TIMEOUT_S) -> bool | None:
     "Symbolic equality by math_verify's LaTeX parser in the bounded worker; None when not decided."
     if not _mv_available(): return None
