@@ -27,7 +27,7 @@ from .head_loss import head_tiles, head_weight
 from .lora import place_weight
 from .loop import jit_sharded
 from .model import PARAM_AXES, TINY_MODELS, Decoder, ModelConfig, model_config, param_shapes, random_params
-from .sft import SFTConfig, load_examples as sft_examples
+from .sft import SFTConfig, batch_rows, train_eval_examples, load_examples as sft_examples
 from .sharding import batch_sharding, tree_shardings
 from .trainer import Trainer, load_base, run_training, start_run
 
@@ -198,19 +198,10 @@ def train(cfg: DistillConfig) -> dict:
     from tqdm.auto import tqdm
     from maxpost.data import SFTDataIterator
     cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
-    B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
-    dp = mesh.shape["data"] * mesh.shape["fsdp"]
-    if B < 1 or B % dp:
-        raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
-                          f"batch of {B} rows, which must be a positive multiple of data × fsdp={dp}",
-                          key="per_device_batch_size")
+    B, A = batch_rows(cfg, mesh)
     mcfg, base, tok_dir = load_base(cfg, mesh)
     tmcfg, tparams = load_teacher(cfg, mcfg)
-    train_ex = load_examples(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
-    eval_ex = None
-    if cfg.eval_interval > 0 and cfg.eval_steps != 0:
-        eval_ex = load_examples(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
-                                cfg.hf_eval_files or None)
+    train_ex, eval_ex = train_eval_examples(cfg, mcfg, tok_dir, load_examples)
     trainer = DistillTrainer(cfg, mcfg, base, tmcfg, tparams, mesh)
     del base, tparams
     it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing,

@@ -31,8 +31,8 @@ from .sharding import batch_sharding
 from .trainer import Trainer, load_base, run_training, start_run   # load_base: re-exported, as above
 
 # %% auto #0
-__all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'ratio_ci',
-           'train']
+__all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'batch_rows',
+           'train_eval_examples', 'ratio_ci', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
 class SFTConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
@@ -169,6 +169,25 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         ex = [SFTExample(e.ids, np.ones_like(e.mask), e.row) for e in ex]
     return ex
 
+# %% ../nbs/05_sft.ipynb #1ea56871
+def batch_rows(cfg, mesh) -> tuple[int, int]:
+    "(global rows per micro-batch B, micro-batches per step A) of an SFT-shaped run on `mesh`, B checked against the mesh."
+    B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
+    dp = mesh.shape["data"] * mesh.shape["fsdp"]
+    if B < 1 or B % dp:
+        raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
+                          f"batch of {B} rows, which must be a positive multiple of data × fsdp={dp}",
+                          key="per_device_batch_size")
+    return B, A
+
+# %% ../nbs/05_sft.ipynb #4778372c
+def train_eval_examples(cfg, mcfg, tok_dir, load) -> tuple[list, list | None]:
+    "(training examples, held-out examples or None when the run evaluates nothing), each read by `load` (`load_examples`)."
+    train_ex = load(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
+    if cfg.eval_interval <= 0 or cfg.eval_steps == 0: return train_ex, None
+    return train_ex, load(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
+                          cfg.hf_eval_files or None)
+
 # %% ../nbs/05_sft.ipynb #7cbe3fdb
 def ratio_ci(sums, counts, n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
     "95% bootstrap CI of Σ sums / Σ counts, resampling examples with replacement (`maxpost.metrics.bootstrap_ci`)."
@@ -182,18 +201,9 @@ def train(cfg: SFTConfig) -> dict:
     from tqdm.auto import tqdm
     from maxpost.data import SFTDataIterator
     cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
-    B, A = int(round(cfg.per_device_batch_size * mesh.size)), cfg.gradient_accumulation_steps
-    dp = mesh.shape["data"] * mesh.shape["fsdp"]
-    if B < 1 or B % dp:
-        raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} × {mesh.size} devices gives a global "
-                          f"batch of {B} rows, which must be a positive multiple of data × fsdp={dp}",
-                          key="per_device_batch_size")
+    B, A = batch_rows(cfg, mesh)
     mcfg, base, tok_dir = load_base(cfg, mesh)
-    train_ex = load_examples(cfg, mcfg, tok_dir, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
-    eval_ex = None
-    if cfg.eval_interval > 0 and cfg.eval_steps != 0:
-        eval_ex = load_examples(cfg, mcfg, tok_dir, cfg.hf_eval_split, cfg.num_eval_rows, cfg.data_shuffle_seed + 1,
-                                cfg.hf_eval_files or None)
+    train_ex, eval_ex = train_eval_examples(cfg, mcfg, tok_dir, load_examples)
     trainer = SFTTrainer(cfg, mcfg, base, mesh)
     del base
     # every process plans the same global batches and collates only the rows its devices hold
