@@ -4,14 +4,14 @@ SIGKILL, and the same losses on an 8-device (fsdp=4, tensor=2) CPU mesh as on on
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import kill_at
+from conftest import kill_at, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
 
 def _env(tmp: Path, **extra) -> dict:
-    # one persistent XLA cache per test: later runs of the same program skip the (multi-second) CPU compile
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), **extra)
+    # a persistent XLA cache (the session's, conftest.xla_cache): later runs of the same program skip the CPU compile
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), **extra)
 
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_sft", *args]
@@ -195,7 +195,7 @@ def test_nonfinite_loss_stops_and_saves_nothing_of_that_step(tmp_path):
     from conftest import run_module
     r = run_module("maxpost.train_sft", *TINY[:2], "save_model=true", "learning_rate=1e30", "warmup_steps_fraction=0",
                    "steps=6", "checkpoint_period=1", "eval_interval=0", f"base_output_directory={tmp_path}",
-                   "run_name=nan", check=False, env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_cache")})
+                   "run_name=nan", check=False, env={"JAX_COMPILATION_CACHE_DIR": xla_cache(tmp_path)})
     line = _one_line_error(r, "stopped without saving")
     bad = int(re.search(r"step (\d+):", line).group(1))
     run_dir = tmp_path / "nan"
