@@ -1,6 +1,6 @@
 """`python -m maxpost.train_sft` end to end on a tiny random model: learning a synthetic task, exact resume after
 SIGKILL, and the same losses on an 8-device (fsdp=4, tensor=2) CPU mesh as on one device. Three LoRA steps of Gemma 3
-270M on a GSM8K batch lowering its loss are checked once, by the slow cell of nbs/05_sft.ipynb (same config)."""
+270M on a GSM8K batch lowering its loss are checked once, by the slow cell of nbs/05_sft.ipynb."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
