@@ -5,6 +5,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# One persistent XLA compilation cache for the session, in a fresh folder removed at the end: the notebooks, the docs
+# build and the CLI runs are separate processes that compile many of the same programs (the same tiny models, and
+# every eager jnp op). Entries are keyed by the program's HLO, the compile options and flags (XLA_FLAGS included), the
+# backend and the jax/jaxlib versions, so a hit is the executable the compiler would have built. Every program is
+# kept (min compile time 0: most of these compile in under the default 1 s). A cache dir set outside wins.
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    import atexit, shutil, tempfile
+    _XLA_CACHE = tempfile.mkdtemp(prefix="maxpost-xla-cache-")
+    atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+def xla_cache(tmp: Path) -> str:
+    "The compilation cache for a test's subprocesses: the session's, else one under the test's `tmp`."
+    return os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp / "xla_cache")
+
 def run_module(module, *args, timeout=900, check=True, env=None):
     "Run `python -m module key=value…` in a subprocess; returns CompletedProcess (stdout+stderr captured)."
     import subprocess

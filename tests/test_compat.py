@@ -15,7 +15,7 @@ they change how long the run is, not how the command is read.
 import json
 from pathlib import Path
 import pytest
-from conftest import run_module
+from conftest import run_module, xla_cache
 
 # ---- the commands, as published ------------------------------------------------------------------------------------
 # MaxText, docs/tutorials/posttraining/sft.md ("Run SFT on Hugging Face Dataset"), maxtext 0.2.x:
@@ -88,7 +88,7 @@ def _result(r) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 def _env(tmp: Path) -> dict:
-    return {"JAX_COMPILATION_CACHE_DIR": str(tmp / "xla_cache")}
+    return {"JAX_COMPILATION_CACHE_DIR": xla_cache(tmp)}
 
 def test_maxtext_sft(hf_smol, data, tmp_path):
     env = dict(RUN_NAME="sft", BASE_OUTPUT_DIRECTORY=tmp_path, MODEL="smollm2-135m", MAXTEXT_CKPT_PATH=hf_smol,

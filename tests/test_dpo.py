@@ -4,13 +4,13 @@ SmolLM2-135M for three steps and lowers the loss on its batch."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import kill_at
+from conftest import kill_at, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
 
 def _env(tmp: Path) -> dict:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"))
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp))
 
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_dpo", *map(str, args)]

@@ -15,6 +15,7 @@ all-reduce or a mis-placed weight gives (perturbing the weights by 0.02 moves DP
 import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
+from conftest import xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,7 +145,7 @@ def results(tmp_path_factory):
     # LLVM at -O0: each program runs once or twice and compiling is most of the cost (RL's step: 23 → 14 s of CPU)
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
              " --xla_backend_optimization_level=0").strip()
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"))
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=xla_cache(tmp))
     t0 = time.time()
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(ref)], capture_output=True, text=True, cwd=ROOT, timeout=900,
                        env=env)

@@ -6,6 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
+from conftest import xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -14,7 +15,7 @@ ARGS = ["model_name=tiny-gemma3", "enable_tqdm=false", f"steps={STEPS}", "checkp
         "async_checkpointing=false", "initialization_timeout=120"]
 
 def _env(tmp: Path, devices: int | None = None) -> dict:
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), PYTHONUNBUFFERED="1")
     if devices: env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     return env
 

@@ -6,7 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import kill_at
+from conftest import kill_at, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_dapo_one_iteration(sft_params):
     print([(m["dropped_groups"], m["rollout_rounds"]) for m in r["records"]])
 
 def _env(tmp: Path) -> dict:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"))
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp))
 
 def _cmd(*args): return [sys.executable, "-m", "maxpost.train_rl", *args]
 
