@@ -4,7 +4,8 @@
 
 PROGRAM.hlo is a compiled module's text (`jax.jit(f).lower(…).compile().as_text()`; for a TPU program compiled
 without a chip, see `maxpost.aot`). Each top-level instruction of the entry computation and of every while-loop body
-(times the loop's known trip count) is charged the bytes of its operands and its result; a fusion holding a dot or
+(times the loop's known trip count) is charged the bytes of its operands and its result (an in-place
+dynamic-update-slice: twice the slice's inputs; an AllocateBuffer: nothing); a fusion holding a dot or
 convolution counts as a matmul, any other fusion as elementwise. Bytes over the chip's HBM bandwidth (v5e: 819 GB/s)
 give a lower bound on the time of the memory-bound ops: a profile's time for them can be compared with it.
 """
@@ -48,6 +49,8 @@ def traffic(text: str):
     comps, entry = parse(text)
     shapes = {i[0]: i[1] for c in comps.values() for i in c}
     has_dot = {n: any(op in ("dot", "convolution") for _, _, op, _, _ in c) for n, c in comps.items()}
+    dus = {n: any(op == "dynamic-update-slice" for _, _, op, _, _ in c) for n, c in comps.items()}
+    key = lambda t: ["%s[%s]" % m for m in SHAPE.findall(t)]
     rows = collections.Counter(); detail = collections.Counter()
 
     def walk(comp: str, mult: int):
@@ -62,8 +65,17 @@ def traffic(text: str):
             if op in ("call", "conditional"):
                 for c in re.findall(r"(?:to_apply|branch_computations=\{|calls)=?%?([\w.\-]+)", rest): walk(c, mult)
                 continue
-            b = nbytes(shape) + sum(nbytes(shapes.get(a.strip().lstrip("%"), "")) for a in args.split(",") if a.strip())
+            if op == "custom-call" and "AllocateBuffer" in rest: continue      # an allocation moves no bytes
+            ins = [nbytes(shapes.get(a.strip().lstrip("%"), "")) for a in args.split(",") if a.strip()]
             called = re.search(r"calls=%?([\w.\-]+)", rest)
+            if op == "dynamic-update-slice" or (called and dus.get(called.group(1))):
+                # in place: an operand shaped like an output is that output's buffer, updated by a slice; charge the
+                # other operands (read) and as much again (the slices written), and the outputs that are no buffer
+                outs = key(shape); names = [a.strip().lstrip("%") for a in args.split(",") if a.strip()]
+                bufs = [n for n in names if key(shapes.get(n, "")) and key(shapes.get(n, ""))[0] in outs]
+                rest_in = sum(nbytes(shapes.get(n, "")) for n in names if n not in bufs)
+                b = 2 * rest_in + sum(nbytes(o) for o in outs if o not in [key(shapes[n])[0] for n in bufs])
+            else: b = nbytes(shape) + sum(ins)
             kind = ("matmul" if op in ("dot", "convolution") or (op == "fusion" and called and has_dot.get(called.group(1)))
                     else "custom-call" if op == "custom-call" else "copy/transpose" if op in ("copy", "transpose")
                     else "collective" if op.startswith(("all-", "reduce-scatter", "collective")) else

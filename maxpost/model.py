@@ -22,10 +22,10 @@ from .matmul import project
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
            'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq',
-           'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'softcap', 'layer_inv_freqs',
-           'fuse_weights', 'decoder_layer', 'tpu_lowering', 'use_splash', 'masked_attention', 'init_std', 'init_param',
-           'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'model_config', 'random_params',
-           'logical_axes', 'forward_fn']
+           'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'gated', 'softcap',
+           'layer_inv_freqs', 'fuse_weights', 'decoder_layer', 'tpu_lowering', 'use_splash', 'masked_attention',
+           'init_std', 'init_param', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'model_config',
+           'random_params', 'logical_axes', 'forward_fn']
 
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
@@ -214,6 +214,33 @@ def activation(name: str):
     if name == "gelu_tanh": return lambda x: jax.nn.gelu(x, approximate=True)
     raise ValueError(f"unknown activation {name!r}")
 
+# %% ../nbs/01_model.ipynb #7473d5ce
+def _act_grad(name: str, x):
+    "(a(x), a'(x)) in float32, for the activations of `activation`."
+    x = x.astype(jnp.float32)
+    if name == "silu":
+        s = jax.nn.sigmoid(x)
+        return x * s, s * (1 + x * (1 - s))
+    k, c = math.sqrt(2 / math.pi), 0.044715
+    t = jnp.tanh(k * (x + c * x ** 3))
+    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def gated(name: str, g, u):
+    "activation(name)(g) ⊙ u, whose backward pass keeps only g and u (the derivative recomputed, in float32)."
+    return activation(name)(g) * u
+
+def _gated_fwd(name, g, u):
+    return gated(name, g, u), (g, u)
+
+def _gated_bwd(name, res, dy):
+    g, u = res
+    a, da = _act_grad(name, g)
+    dy = dy.astype(jnp.float32)
+    return (dy * u.astype(jnp.float32) * da).astype(g.dtype), (dy * a).astype(u.dtype)
+
+gated.defvjp(_gated_fwd, _gated_bwd)
+
 # %% ../nbs/01_model.ipynb #73d5986f
 def softcap(x, cap: float | None):
     "cap · tanh(x / cap) (Gemma's logit soft-capping), or x when cap is None."
@@ -259,12 +286,12 @@ def _out(o, p: dict):
 # %% ../nbs/01_model.ipynb #22252d69
 def _mlp(cfg: ModelConfig, h, p: dict):
     "act(h W_gate) ⊙ (h W_up) W_down, from separate or fused (`wgu`) weights."
-    act = activation(cfg.activation)
     if "wgu" not in p:
-        return project("btf,fd->btd", act(project("btd,df->btf", h, p, "w_gate")) * project("btd,df->btf", h, p, "w_up"), p, "w_down")
+        return project("btf,fd->btd", gated(cfg.activation, project("btd,df->btf", h, p, "w_gate"),
+                                             project("btd,df->btf", h, p, "w_up")), p, "w_down")
     gu = h @ p["wgu"]
     F = gu.shape[-1] // 2
-    return (act(gu[..., :F]) * gu[..., F:]) @ p["w_down"]
+    return gated(cfg.activation, gu[..., :F], gu[..., F:]) @ p["w_down"]
 
 # %% ../nbs/01_model.ipynb #4686f441
 def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
