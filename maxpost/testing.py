@@ -21,8 +21,9 @@ from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 # %% auto #0
 __all__ = ['TPU_TRANSCENDENTAL_RTOL', 'addition_sft_batch', 'sft_addition', 'addition_config', 'addition_accuracy',
-           'addition_experiment', 'CharTokenizer', 'ScriptedModel', 'EchoEnv', 'on_tpu', 'f32_tol', 'PAD', 'BOS', 'EOS',
-           'PLUS', 'EQ', 'DIGIT0', 'DigitTokenizer', 'addition_rows', 'addition_split', 'addition_answer']
+           'addition_experiment', 'CharTokenizer', 'ScriptedModel', 'EchoEnv', 'ScriptedEngine', 'on_tpu', 'f32_tol',
+           'PAD', 'BOS', 'EOS', 'PLUS', 'EQ', 'DIGIT0', 'DigitTokenizer', 'addition_rows', 'addition_split',
+           'addition_answer']
 
 # %% ../nbs/91_testing.ipynb #1f775c7d
 from .addition import (PAD, BOS, EOS, PLUS, EQ, DIGIT0, DigitTokenizer, addition_answer, addition_rows,
@@ -132,6 +133,21 @@ class EchoEnv:
         if self.turns >= self.max_turns: self.finish_reason = "max_turns"; return None, True, float(self.turns)
         return [{"role": "tool", "name": "echo", "content": self.obs}], False, 0.0
     def truncated(self, text: str) -> float: return -1.0
+
+# %% ../nbs/91_testing.ipynb #998f116f
+class ScriptedEngine:
+    "A ScriptedModel as an engine: one sample per sequence, the turn read off the sequence (its `<|assistant|>` count - 1)."
+    def __init__(self, scripts: Sequence[Sequence[str]], tokenizer=None):
+        self.model = ScriptedModel(scripts, tokenizer); self.tokenizer, self.synced = self.model.tok, 0
+    def generate(self, prompts, params, *, stream_ids=None) -> list:
+        if params.n != 1: raise ValueError(f"ScriptedEngine samples one completion per sequence, got n={params.n}")
+        sids = range(len(prompts)) if stream_ids is None else stream_ids
+        out = []
+        for i, (p, s) in enumerate(zip(prompts, sids)):
+            turn = self.tokenizer.decode(p).count("<|assistant|>") - 1
+            r = self.model([p], max(turn, 0), [int(s)], params.max_tokens)[0]; r.prompt_index = i; out.append(r)
+        return out
+    def sync_weights(self, params): self.synced += 1
 
 # %% ../nbs/91_testing.ipynb #b4d2f8e1
 TPU_TRANSCENDENTAL_RTOL = 2e-4   # JAX's tolerance for float32 exp/log/log1p/logistic/pow on a TPU (tests/lax_test.py)

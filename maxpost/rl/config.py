@@ -145,6 +145,10 @@ class RLConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
     # it produces, the string kept (MaxText's include_stop_str_in_output); rollouts and evaluation, both engines
     log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
+    # multi-turn tool use (maxpost.tools, maxpost.rl.env); at their defaults a rollout is one completion per sample
+    tools: str = ""                         # built-in tools, comma-separated (maxpost.tools.BUILTIN_TOOLS: calculator, python)
+    tools_path: str = ""                    # your own tools: 'path/to/module.py:fn1,fn2' (maxpost.tools.load_tools)
+    max_turns: int = 1                      # model turns per episode; > 1 or tools set: multi-turn rollouts
 
     @field_validator("dataset_type", mode="before")
     @classmethod
@@ -195,7 +199,20 @@ class RLConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
         if self.num_processes > 1: check_processes(self, self.num_processes)
         if self.few_shot and self.dataset_type != "gsm8k":
             raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
+        if self.max_turns < 1: raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}", key="max_turns")
+        from maxpost.tools import BUILTIN_TOOLS
+        bad = [n for n in (x.strip() for x in self.tools.replace(";", ",").split(",")) if n and n not in BUILTIN_TOOLS]
+        if bad: raise ConfigError(f"unknown tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} (your own: "
+                                  f"tools_path='path/to/module.py:fn')", key="tools")
+        if self.multi_turn and self.rollout_engine != "native":
+            raise ConfigError(f"multi-turn rollouts (tools / max_turns > 1) run on the native engine; rollout_engine="
+                              f"{self.rollout_engine} is not wired up for them", key="rollout_engine")
         return self
+
+    @property
+    def multi_turn(self) -> bool:
+        "Whether rollouts are multi-turn episodes (maxpost.rl.env): tools set or max_turns > 1."
+        return bool(self.tools.strip() or self.tools_path.strip()) or self.max_turns > 1
 
     @property
     def num_eval_prompts(self) -> int | None:
@@ -254,5 +271,13 @@ def check_config(cfg: RLConfig) -> LossConfig:
         print(f"warning: loss_algo={cfg.loss_algo} with loss.epsilon={cfg.loss.epsilon} (grpo_epsilon/epsilon): maxpost's "
               f"GSPO presets use the GSPO paper's clip range 3e-4/4e-4 on the sequence ratio; MaxText passes 0.2 there. "
               f"Your value is used; drop it to keep the paper's.", file=sys.stderr)
-    return loss_config(cfg)
+    lc = loss_config(cfg)
+    if cfg.multi_turn:
+        from maxpost.tools import load_tools
+        try: load_tools(cfg.tools, cfg.tools_path)
+        except ValueError as e: raise ConfigError(str(e), key="tools_path" if cfg.tools_path else "tools") from None
+        if lc.advantage_method == "remax":
+            raise ConfigError("advantage_method=remax's greedy baseline is single-turn; multi-turn rollouts (tools / "
+                              "max_turns > 1) need another advantage method", key="loss.advantage_method")
+    return lc
 

@@ -18,7 +18,8 @@ from ..engine import encode_prompt
 from .rollout import engine_logq
 
 # %% auto #0
-__all__ = ['Environment', 'ToolEnv', 'observation_text', 'Episode', 'multi_turn_rollout', 'engine_generate', 'episode_results']
+__all__ = ['Environment', 'ToolEnv', 'observation_text', 'Episode', 'episode_prompt_ids', 'multi_turn_rollout', 'engine_generate',
+           'episode_results', 'ScoredByRun', 'tool_counts', 'tool_rollout']
 
 # %% ../../nbs/10e_rl_env.ipynb #d6ebddbb
 @runtime_checkable
@@ -110,11 +111,14 @@ class Episode:
     @property
     def turns(self) -> int: return len(self.texts)
 
+def episode_prompt_ids(tokenizer, first: list[dict] | str, tools: Sequence[dict] = ()) -> list[int]:
+    "Token ids of an episode's first observation: text as it is, messages rendered with `tools` described (tools_prompt)."
+    text = first if isinstance(first, str) else tools_prompt(tokenizer, first, list(tools or []))
+    if getattr(tokenizer, "chat_template", None): return list(tokenizer.encode(text, add_special_tokens=False))
+    return encode_prompt(tokenizer, text)          # no template: special tokens as for any text prompt
+
 def _start(env, row, tokenizer) -> Episode:
-    first = env.reset(row)
-    text = first if isinstance(first, str) else tools_prompt(tokenizer, first, list(getattr(env, "tools", None) or []))
-    if getattr(tokenizer, "chat_template", None): ids = list(tokenizer.encode(text, add_special_tokens=False))
-    else: ids = encode_prompt(tokenizer, text)          # no template: special tokens as for any text prompt
+    ids = episode_prompt_ids(tokenizer, env.reset(row), getattr(env, "tools", None) or [])
     if not ids: raise ValueError("the environment's first observation has no tokens")
     return Episode(token_ids=ids, loss_mask=[0] * len(ids), logprobs=[0.0] * len(ids), prompt_len=len(ids))
 
@@ -171,3 +175,29 @@ def episode_results(episodes: Sequence[Episode]) -> list:
                                     finish_reason="length" if e.finish_reason == "length" else "stop",
                                     sampling_logprobs=lq, loss_mask=np.asarray(e.loss_mask[P:], np.float32)))
     return out
+
+# %% ../../nbs/10e_rl_env.ipynb #ff2339e8
+class ScoredByRun(ToolEnv):
+    "A ToolEnv without a reward of its own (0): the RL run scores the final turn's text with its reward functions."
+    def __init__(self, box: ToolBox, max_turns: int = 4): super().__init__(box, [], max_turns=max_turns)
+    def reward(self, text: str) -> float: return 0.0
+
+def tool_counts(episodes: Sequence[Episode]) -> dict:
+    "Episodes, episodes with a tool call, tool calls, malformed calls and model turns of `episodes`."
+    from maxpost.tools import parse_tool_calls
+    calls = [[c for t in e.texts for c in parse_tool_calls(t)] for e in episodes]
+    return {"episodes": len(episodes), "with_call": sum(1 for c in calls if c), "calls": sum(map(len, calls)),
+            "malformed": sum(1 for c in calls for x in c if "error" in x), "turns": sum(e.turns for e in episodes)}
+
+def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: int, max_length: int,
+                 stream_ids: Sequence[int]) -> tuple[list, dict]:
+    "(engine results, tool_counts) of `params.n` episodes per row (`prompt_messages` the first observation), prompt-major."
+    G = int(params.n)
+    envs = [ScoredByRun(box, max_turns) for _ in range(len(rows) * G)]
+    ep_rows = [dict(r, prompt=r["prompt_messages"]) for r in rows for _ in range(G)]
+    sids = [int(s) * G + g for s in stream_ids for g in range(G)]
+    eps = multi_turn_rollout(engine_generate(engine, params), envs, ep_rows, engine.tokenizer, params.max_tokens,
+                             max_length, sids)
+    res = episode_results(eps)
+    for k, r in enumerate(res): r.prompt_index, r.sample_index = k // G, k % G
+    return res, tool_counts(eps)

@@ -67,6 +67,8 @@ def check_dataset(cfg: RLConfig) -> RLConfig:
 
 def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[list[dict], int]:
     "(rows with 'prompt_ids', 'dataset_index' and the dataset columns, number of rows skipped as too long)."
+    # multi-turn (cfg.multi_turn): each row also keeps its 'prompt_messages'; prompt_ids describe the tools, as
+    # maxpost.rl.env's episodes render them, so the length check counts the tool description
     rows = _read_rows(cfg, split, n)
     if rows: cfg = resolve_columns(cfg, rows[0])
     _check_columns(cfg, rows, split)
@@ -76,11 +78,20 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     out, skipped = [], 0
     shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
     first = cfg.few_shot if shots and split == cfg.train_split else 0    # the examples are not trained on
+    if cfg.multi_turn:
+        from maxpost.tools import load_tools
+        from maxpost.rl.env import episode_prompt_ids
+        tools = load_tools(cfg.tools, cfg.tools_path).tools
     for i, r in enumerate(rows[first:], start=first):
-        ids = r.get("prompt_ids") or chat_prompt_ids(tokenizer, prompt_messages(
-            r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot, few_shot_examples=shots))
+        msgs = lambda: prompt_messages(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot, few_shot_examples=shots)
+        extra = {}
+        if not cfg.multi_turn: ids = r.get("prompt_ids") or chat_prompt_ids(tokenizer, msgs())
+        elif r.get("prompt_ids"):
+            raise ConfigError(f"dataset_type={cfg.dataset_type} gives token-id prompts; multi-turn rollouts (tools / "
+                              f"max_turns) need text prompts", key="tools" if cfg.tools else "max_turns")
+        else: extra = {"prompt_messages": msgs()}; ids = episode_prompt_ids(tokenizer, extra["prompt_messages"], tools)
         if len(ids) > cfg.max_prefill_predict_length: skipped += 1; continue
-        out.append(dict(r, prompt=r[cfg.prompt_column], prompt_ids=ids, dataset_index=i))
+        out.append(dict(r, prompt=r[cfg.prompt_column], prompt_ids=ids, dataset_index=i, **extra))
     if not out: raise ValueError(f"every {split} prompt is longer than max_prefill_predict_length="
                                  f"{cfg.max_prefill_predict_length}")
     return out, skipped
@@ -122,7 +133,7 @@ def sampling_params(cfg: RLConfig, seed: int):
                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length,
                           n=cfg.num_generations, seed=seed, sampling_logprobs=True, stop=cfg.stop_strings)
 
-_NOT_COLUMNS = ("prompt_ids", "prompt", "dataset_index")
+_NOT_COLUMNS = ("prompt_ids", "prompt", "dataset_index", "prompt_messages")
 
 def score(rows: list, results: list, fns, weights, answer_column: str = "answer"):
     "(total rewards [N], per-function [N] each, error counts) for `results` of `rows` (G per row)."
@@ -143,6 +154,11 @@ def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, w
     P = cfg.batch_size // N                      # this process's prompts: whole groups, never split over processes
     first = jax.process_index() * P              # its share of each global batch of prompts
     t = {"rollout": 0.0, "reward": 0.0}
+    box = tool_counts = None
+    if cfg.multi_turn:                           # episodes of maxpost.rl.env: the tools' results between model turns
+        from maxpost.tools import load_tools
+        from maxpost.rl.env import tool_rollout
+        box, tool_counts = load_tools(cfg.tools, cfg.tools_path), {}
     kept_rows, kept_res, kept_r, kept_fn, kept_b, spare, dropped, errors, rounds = [], [], [], [], [], [], 0, {}, 0
     def rewarded(rows, res):                     # scores, then DAPO's length penalty when on
         total, per_fn, err = score(rows, res, fns, weights, cfg.answer_column)
@@ -156,7 +172,12 @@ def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, w
         rows = stream.take(cfg.batch_size)[first:first + P]   # every process walks the same stream, keeps its share
         t0 = time.perf_counter()
         ids = [int(r.get("dataset_index", first + i)) for i, r in enumerate(rows)]   # each prompt's own stream
-        res = engine.generate([r["prompt_ids"] for r in rows], sampling_params(cfg, round_seed(rng, rounds)), stream_ids=ids)
+        sp = sampling_params(cfg, round_seed(rng, rounds))
+        if box is None: res = engine.generate([r["prompt_ids"] for r in rows], sp, stream_ids=ids)
+        else:                                    # an episode: at most prompt + completion budget tokens in all
+            res, c = tool_rollout(engine, rows, sp, box, cfg.max_turns,
+                                  cfg.max_prefill_predict_length + cfg.max_completion_length, ids)
+            for k, v in c.items(): tool_counts[k] = tool_counts.get(k, 0) + v
         greedy = engine.generate([r["prompt_ids"] for r in rows], greedy_params(cfg), stream_ids=ids) \
             if lc.advantage_method == "remax" else None   # ReMax's baseline: one greedy completion per prompt
         t1 = time.perf_counter(); t["rollout"] += t1 - t0
@@ -175,7 +196,7 @@ def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, w
     while len(kept_rows) < P:                      # out of rounds: fill with uninformative groups (advantage 0)
         g = spare.pop(0); kept_rows.append(g[0]); kept_res += g[1]; kept_r.append(g[2]); kept_fn.append(g[3]); kept_b.append(g[4])
     return {"rows": kept_rows, "res": kept_res, "rewards": kept_r, "per_fn": kept_fn, "greedy_rewards": np.array(kept_b), "dropped": dropped,
-            "errors": errors, "rounds": rounds, "t": t}
+            "errors": errors, "rounds": rounds, "t": t, "tool_counts": tool_counts}
 
 # %% ../../nbs/10b_rl_rollout.ipynb #off0b1a02
 class OneStepOff:

@@ -265,7 +265,8 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     names = list(kept_fn[0])
     local = np.stack([rewards, [len(r.token_ids) for r in kept_res], [r.finish_reason == "length" for r in kept_res],
                       *[np.concatenate([f[k] for f in kept_fn]) for k in names]]).astype(np.float64)   # [k, P·G]
-    parts = gather_json([local.tolist(), [dropped, rounds, sum(errors.values())]])     # JSON: float64, exactly
+    tc = ro.get("tool_counts")                  # multi-turn: what the model did with the tools (every sampled episode)
+    parts = gather_json([local.tolist(), [dropped, rounds, sum(errors.values())], tc])     # JSON: float64, exactly
     rewards, lengths, trunc, *per_fn = np.concatenate([np.array(p[0]) for p in parts], axis=1)
     dropped, rounds, n_err = np.array([p[1] for p in parts]).T
     groups = rewards.reshape(-1, G)
@@ -277,6 +278,10 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
            "truncation_rate": float(trunc.mean()), "reward_errors": int(n_err.sum())}
     for name, v in zip(names, per_fn):
         out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = float(v.mean()), float(v.std())
+    if tc is not None:
+        c = {k: sum(p[2][k] for p in parts) for k in tc}
+        out |= {"tools/call_rate": c["with_call"] / max(c["episodes"], 1), "tools/turns_mean": c["turns"] / max(c["episodes"], 1),
+                "tools/malformed_rate": c["malformed"] / max(c["calls"], 1)}
     last = ms[-1]
     for k in ms[0]:
         if k.startswith(("sampling/", "rollout_corr/")):   # engine vs π_old: the first pass, where π_old is exact
@@ -307,9 +312,11 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     stop = get_dataset(cfg.dataset_type).stop_token_ids          # a built-in task's own stop ids; None: EOS
     if cfg.rollout_engine == "native":
         model = empty_decoder(trainer.mcfg, trainer.dtype, trainer.wdtype)
+        T = cfg.max_prefill_predict_length + cfg.max_completion_length
+        # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
+        max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
         eng = make_engine("native", model, tokenizer, max_batch=cfg.batch_size * cfg.num_generations,
-                          max_len=cfg.max_prefill_predict_length + cfg.max_completion_length,
-                          max_prefill=cfg.max_prefill_predict_length, stop_token_ids=stop)
+                          max_len=max_len, max_prefill=max_prefill, stop_token_ids=stop)
     else:
         vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm)
         if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
