@@ -96,9 +96,17 @@ def aliases(cls: Type[Config]) -> dict[str, tuple[Alias, type]]:
     return out
 
 # %% ../nbs/00_config.ipynb #a081f0c3
-def _namespaces(cls: Type[Config]) -> dict[str, type]:
-    "Prefixes `p` declared as `p.*` → the class whose keys they hold (`rl.num_generations` = `num_generations`)."
-    return {n[:-2]: c for n, (a, c) in aliases(cls).items() if n.endswith(".*")}
+def _namespaces(cls: Type[Config]) -> dict[str, list[type]]:
+    """Prefixes `p` declared as `p.*` → the classes whose keys they hold (`rl.num_generations` = `num_generations`;
+    `lora.*` is declared by both LoRA's and QLoRA's groups)."""
+    out = {}
+    for n, (a, c) in aliases(cls).items():
+        if n.endswith(".*"): out.setdefault(n[:-2], [])
+    for c in cls.__mro__:
+        for a in c.__dict__.get("key_aliases", ()):
+            for n in a.names:
+                if n.endswith(".*") and c not in out[n[:-2]]: out[n[:-2]].append(c)
+    return out
 
 # %% ../nbs/00_config.ipynb #44998204
 def _owners(cls: Type[Config], key: str) -> list[str]:
@@ -165,7 +173,7 @@ def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: l
         items = {rest: v} if dot else v
         for k, x in items.items():
             k = str(k)
-            if k.partition(".")[0] not in set(ns[head].model_fields) | {n for n in aliases(ns[head]) if "*" not in n}:
+            if k.partition(".")[0] not in {n for c in ns[head] for n in [*c.model_fields, *aliases(c)] if "*" not in n}:
                 raise unknown(f"{prefix}{head}.{k}")
             _resolve(cls, k, x, where, text, root, prefix, out, origin if dot else f"{prefix}{head}.{k}")
         return

@@ -116,6 +116,8 @@ class DPOTrainer(Trainer):
         # the reference's full weights lie like the base weights (starting params, frozen base or reference_model_path)
         self.ref_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(mcfg))
         self._plain = jit_sharded(self._plain_logps, self.mesh, (self.ref_sh, two), None)
+        # QLoRA: the frozen base as the reference keeps its quantized layout (maxpost.quant)
+        self._plain_frozen = jit_sharded(self._plain_logps, self.mesh, (self.frozen_sh, two), None)
 
     def _logps_of(self, model, lora, b, head_frozen: bool):
         """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
@@ -168,7 +170,8 @@ class DPOTrainer(Trainer):
             b = with_window(b)
             idx = np.asarray(b["pair_index"]); B = len(idx)
             x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
-            lp, n = self._plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
+            plain = self._plain_frozen if params is self.frozen else self._plain
+            lp, n = plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
             lp, n = process_allgather(lp).astype(np.float64), process_allgather(n)     # every process: all rows
             for j, i in enumerate(idx):
                 if i >= 0: out[int(i)] = (lp[j], lp[B + j], n[j], n[B + j])

@@ -17,12 +17,14 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from pydantic import model_validator
 
 from .config import Config, ConfigError, PosInt, alias
 
 # %% auto #0
 __all__ = ['QTYPES', 'NF4', 'DQ_BLOCK', 'QuantKeys', 'nf4_codebook', 'QuantWeight', 'qbytes', 'quantize', 'dequantize', 'qmatmul',
-           'quantize_base']
+           'quantize_base', 'quant_sharding', 'quantize_frozen', 'dequantize_base']
 
 # %% ../nbs/05d_quant.ipynb #907d4948
 QTYPES = ("int8", "nf4")        # what `qmatmul` supports
@@ -34,6 +36,19 @@ class QuantKeys(Config):
     lora_double_quant: bool = False                      # nf4: the block scales themselves in int8, 256 a block
     key_aliases = (alias("lora.*", "*", note="MaxText's `lora:` section", example="lora.lora_weight_qtype=int8"),
                    alias("bnb_4bit_use_double_quant", "lora_double_quant", source="TRL"))
+
+    @model_validator(mode="after")
+    def _check_quant(self):
+        q = self.lora_weight_qtype
+        if q and "use_lora" in type(self).model_fields and not self.use_lora:
+            raise ConfigError(f"lora_weight_qtype={q} quantizes the frozen base under LoRA: set use_lora=true",
+                              key="lora_weight_qtype")
+        if self.lora_double_quant and q != "nf4":
+            raise ConfigError("lora_double_quant=true applies to lora_weight_qtype=nf4 only", key="lora_double_quant")
+        if q == "nf4" and self.lora_tile_size % 2:
+            raise ConfigError(f"lora_tile_size={self.lora_tile_size} must be even (two nf4 codes a byte)", key="lora_tile_size")
+        return self
+
 
 # %% ../nbs/05d_quant.ipynb #0cc6de7c
 def nf4_codebook() -> np.ndarray:
@@ -163,3 +178,41 @@ def quantize_base(params: dict, qtype: str, in_axes: dict, block: int = 64, doub
     if not qtype: return params
     return {k: quantize(v, qtype, in_axes[k], batch_dims=1, block=block, double_quant=double_quant) if k in in_axes
             else v for k, v in params.items()}
+
+# %% ../nbs/05d_quant.ipynb #6cbf8904
+def _axes(e) -> tuple: return () if e is None else e if isinstance(e, tuple) else (e,)
+
+def quant_sharding(q: QuantWeight, sh: NamedSharding) -> QuantWeight:
+    "A `QuantWeight` of NamedShardings for the arrays of `q` (abstract or real), from `sh`, that of the weight it replaces."
+    mesh, n = sh.mesh, len(q.lead)
+    spec = tuple(sh.spec) + (None,) * (n + len(q.shape) - len(sh.spec))
+    lead, inner = spec[:n], spec[n:]
+    flat = tuple(a for e in inner for a in _axes(e)) or None    # every mesh axis that splits the weight
+    if q.qtype == "int8": specs = (spec, lead + inner[q.n_in:])
+    else: specs = (lead + (flat, None), lead + (flat,))
+    def place(x, s):
+        if x is None: return None
+        s = (tuple(s) + (None,) * x.ndim)[:x.ndim]
+        ok = lambda i, e: e is None or x.shape[i] % math.prod(mesh.shape[a] for a in _axes(e)) == 0
+        return NamedSharding(mesh, P(*(e if ok(i, e) else None for i, e in enumerate(s))))
+    return dataclasses.replace(q, codes=place(q.codes, specs[0]), scale=place(q.scale, specs[1]),
+                               scale2=place(q.scale2, lead), offset=place(q.offset, lead))
+
+# %% ../nbs/05d_quant.ipynb #6a515181
+def quantize_frozen(base: dict, base_sh: dict, in_axes: dict, qtype: str = "", block: int = 64,
+                    double_quant: bool = False) -> tuple[dict, dict]:
+    "(base, shardings) with the weights named in `in_axes` quantized on their devices; qtype '': both as they are."
+    if not qtype: return base, base_sh
+    base, base_sh = dict(base), dict(base_sh)
+    for k in (k for k in in_axes if k in base):
+        f = partial(quantize, qtype=qtype, n_in=in_axes[k], batch_dims=1, block=block, double_quant=double_quant)
+        sh = quant_sharding(jax.eval_shape(f, base[k]), base_sh[k])
+        if isinstance(base[k], jax.ShapeDtypeStruct):
+            base[k] = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), jax.eval_shape(f, base[k]), sh)
+        else: base[k] = jax.jit(f, out_shardings=sh)(base[k])
+        base_sh[k] = sh
+    return base, base_sh
+
+def dequantize_base(params: dict, dtype) -> dict:
+    "`params` with every `QuantWeight` dequantized to `dtype`."
+    return {k: dequantize(v, dtype) if isinstance(v, QuantWeight) else v for k, v in params.items()}

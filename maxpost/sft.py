@@ -20,6 +20,7 @@ from .config import ConfigError, PosFloat, PosInt, error_line, user_errors
 from .data_sources import SFT_ALIASES
 from .loop import MeshKeys, ModelKeys, OptimizerKeys, RunKeys
 from .lora import LoRAKeys, LORA_IN_AXES
+from .quant import QuantKeys
 from .head_loss import fused_nll_sum, head_tiles, head_weight, token_nll
 from .metrics import bootstrap_ci
 from .model import ModelConfig
@@ -35,8 +36,8 @@ __all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synt
            'train_eval_examples', 'ratio_ci', 'train']
 
 # %% ../nbs/05_sft.ipynb #5b64bd34
-class SFTConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
-    "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora, maxpost.datasets) and SFT's own."
+class SFTConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_sft`: the shared groups (maxpost.loop, maxpost.lora, maxpost.quant, maxpost.datasets) and SFT's own."
     # data (the keys of maxpost.datasets.DataKeys, and SFT's own)
     dataset_type: Literal["gsm8k", "arithmetic", "hf", "synthetic"] = "gsm8k"   # maxpost.datasets.DATASETS
     prompt_template: Literal[("",) + tuple(PROMPT_TEMPLATES)] = ""   # question/answer rows: the user turn in this

@@ -19,7 +19,8 @@ from .config import output_dir
 from .checkpoint import load_any, save_checkpoint
 from .distributed import initialize, is_main_process, process_allgather
 from .loop import RunLoop, jit_sharded, train_state_shardings
-from .lora import init_lora, lora_terms, merge_lora, trainer_weights
+from .lora import LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
+from .quant import dequantize_base, quantize_frozen
 from .model import DTYPES, ModelConfig, PARAM_AXES, init_param, model_config, param_shapes, random_params
 from .sharding import batch_sharding, process_rows, tree_shardings
 
@@ -65,7 +66,9 @@ class Trainer:
         self.dtype, self.wdtype = DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype]
         w = trainer_weights(cfg, mcfg, base_params, self.mesh, self.dtype, self.wdtype, matmul_dtype)
         self.graphdef, self.lora_names, self.param_sh, self.lora_scale = w.graphdef, w.lora_names, w.param_sh, cfg.lora_scale
-        if cfg.use_lora: self.frozen, self.frozen_sh, self._base = w.base, w.base_sh, None
+        if cfg.use_lora:    # QLoRA (maxpost.quant): the frozen layer weights quantized once, on their devices
+            q = [getattr(cfg, k, d) for k, d in (("lora_weight_qtype", ""), ("lora_tile_size", 64), ("lora_double_quant", False))]
+            (self.frozen, self.frozen_sh), self._base = quantize_frozen(w.base, w.base_sh, LORA_IN_AXES, *q), None
         else: self.frozen, self.frozen_sh, self._base = {}, {}, w.base     # the first state takes the base weights
         self.opt, self.sched = cfg.optimizer(n_updates or cfg.steps)      # maxpost.loop.make_optimizer
         self.state_sh = train_state_shardings(self.mesh, self.opt, w.abs_params, self.param_sh)
@@ -107,8 +110,9 @@ class Trainer:
         return optax.apply_updates(state["params"], updates), opt_state
 
     def merged_params(self, state: dict) -> dict:
-        "Full model weights as numpy on every process (LoRA folded into the base), in weight_dtype."
-        p = merge_lora(self.frozen, state["params"], self.lora_scale) if self.cfg.use_lora else state["params"]
+        "Full model weights as numpy on every process (LoRA folded into the dequantized base), in weight_dtype."
+        lora = self.cfg.use_lora
+        p = merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale) if lora else state["params"]
         return {k: process_allgather(v) for k, v in p.items()}
 
 # %% ../nbs/04d_trainer.ipynb #b61d80aa

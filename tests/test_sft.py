@@ -95,6 +95,42 @@ def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
         for (l1, g1), (l8, g8) in zip(out[f"{mode}|one"], out[f"{mode}|eight"]):
             assert abs(l1 - l8) <= 1e-5 * l1 and abs(g1 - g8) <= 1e-4 * g1, (mode, out)
 
+QLORA_SCRIPT = """
+import json, jax
+from maxpost.aot import per_chip_bytes
+from maxpost.data import SFTDataIterator
+from maxpost.sft import SFTConfig, SFTTrainer, model_config, random_params, synthetic_examples
+from maxpost.sharding import make_mesh
+assert len(jax.devices()) == 4
+mcfg = model_config("tiny-gemma3"); base = random_params(mcfg, 0)
+batches = [b for _, b in zip(range(3), SFTDataIterator(synthetic_examples(128, mcfg.vocab_size, "copy"), 4, 64, seed=0))]
+out = {}
+for qt, dq in (("int8", False), ("nf4", True)):
+    cfg = SFTConfig(model_name="tiny-gemma3", max_target_length=64, per_device_batch_size=1, learning_rate=3e-3,
+                    loss_chunk_size=128, use_lora=True, lora_rank=4, lora_weight_qtype=qt, lora_double_quant=dq)
+    for name, mesh in (("one", make_mesh(1, 1, jax.devices()[:1])), ("four", make_mesh(2, 2))):
+        tr = SFTTrainer(cfg, mcfg, base, mesh); st = tr.init_state(); res = []
+        for b in batches:
+            st, m = tr.step(st, b); res.append([float(m["loss"]), float(m["grad_norm"])])
+        q = tr.frozen["w_up"]
+        out[qt, name] = res
+        out[qt, name, "spec"] = [str(q.codes.sharding.spec), str(q.scale.sharding.spec), str(tr.frozen_sh["w_up"].codes.spec)]
+        out[qt, name, "bytes"] = per_chip_bytes(tr.frozen)
+print(json.dumps({"|".join(map(str, k)): v for k, v in out.items()}))
+"""
+
+def test_qlora_mesh_matches_one_device(tmp_path):
+    """QLoRA (int8; nf4 double-quantized) on 4 virtual CPU devices (fsdp=2 × tensor=2): the quantized base is split
+    over the devices (fewer bytes per chip, the codes sharded as `maxpost.quant.quant_sharding` says) and 3 steps give
+    the losses and gradient norms of one device."""
+    out = _on_devices(QLORA_SCRIPT, 4, tmp_path)
+    for qt in ("int8", "nf4"):
+        codes, scale, planned = out[f"{qt}|four|spec"]
+        assert codes == planned and "fsdp" in codes, out
+        assert out[f"{qt}|four|bytes"] < 0.6 * out[f"{qt}|one|bytes"], out
+        for (l1, g1), (l4, g4) in zip(out[f"{qt}|one"], out[f"{qt}|four"]):
+            assert abs(l1 - l4) <= 1e-5 * l1 and abs(g1 - g4) <= 1e-4 * g1, (qt, out)
+
 HEAD_SHARD_SCRIPT = """
 import json, re
 from maxpost.data import SFTDataIterator
