@@ -6,7 +6,8 @@ other), forward / backward / recomputed, and the host's share (wall time minus d
     python benchmarks/tpu_speed.py --probe-dir .tpu --out $OUT lora:2:1024:none lora:16:1024:full full:8:1024:full
     python benchmarks/tpu_speed.py --probe-dir ../shared/tpu --model tiny-gemma3 --no-tunix lora:2:64:none   # CPU dry run
 
-Config: mode:B:T:remat. For each: maxpost with XLA attention, maxpost with splash (TPU only), then Tunix (remat
+Config: mode:B:T:remat, mode one of full, lora, lora-int8, lora-nf4 (QLoRA: the frozen base stored quantized,
+`lora_weight_qtype`; no splash, Tunix or profile for those). For each: maxpost with XLA attention, maxpost with splash (TPU only), then Tunix (remat
 `none` configs only: Tunix's PeftTrainer runs without remat there) and a profile of each maxpost variant. maxpost runs
 as `../shared/tpu/sft_sweep.py`'s `run_config` builds it (SFTTrainer, bfloat16 weights and compute, LoRA rank 16 on
 the five projections); Tunix as its `sft_vs_tunix.py` does. Every record is a JSON line in OUT/tpu_speed.jsonl.
@@ -151,7 +152,17 @@ def main():
 
     for c in a.configs:
         mode, B, T, remat = c.split(":"); B, T = int(B), int(T)
+        mode, _, qtype = mode.partition("-")
         res = {}
+        if qtype:                                   # QLoRA: the same run with the base quantized, XLA attention only
+            import maxpost.sft
+            orig = maxpost.sft.SFTConfig
+            maxpost.sft.SFTConfig = lambda **kw: orig(**kw, lora_weight_qtype=qtype)
+            try:
+                res["xla"] = attempt(f"maxpost-xla {c}", lambda: run_config(mcfg, base, a.model, mode, B, T, remat,
+                                                                             a.steps, peak, "bfloat16", c))
+            finally: maxpost.sft.SFTConfig = orig
+            continue
         for att in (a.attention.split(",") if tpu else ["xla"]):
             if att == "splash": os.environ["MAXPOST_ATTENTION"] = "splash"
             else: os.environ.pop("MAXPOST_ATTENTION", None)

@@ -195,8 +195,10 @@ def dpo_programs(cfg, mesh) -> list:
     mcfg = shape_config(cfg)
     tr = DPOTrainer(cfg, mcfg, abstract_base(mcfg), mesh)
     st = abstract_state(tr, trained_params(tr))
-    batch = rows((A, 2 * B, T), tr.batch_sh, SFT_BATCH | {"window": jnp.int32})   # the widest response window: T
-    batch["ref_logps"] = SDS((A, 2 * B), jnp.float32, sharding=tr.pair_batch_sh["ref_logps"])
+    sh = tr.pair_batch_sh                                   # the step's own sharding of each key
+    batch = {k: SDS((A, 2 * B, T), d, sharding=sh[k])       # the widest response window: T
+             for k, d in (SFT_BATCH | {"window": jnp.int32}).items()}
+    batch["ref_logps"] = SDS((A, 2 * B), jnp.float32, sharding=sh["ref_logps"])
     return [compile_program("train step", tr._step, st, tr.frozen, batch, state=st)]
 
 # %% ../nbs/11a_aot.ipynb #8df40db3
