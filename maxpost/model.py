@@ -292,7 +292,7 @@ def init_param(cfg: ModelConfig, name: str, shape: tuple, normal, dtype, xp=jnp)
     if std is None: return xp.full(shape, 0.0 if cfg.norm_plus_one else 1.0, dtype)
     return (normal(shape) * std).astype(dtype)
 
-# %% ../nbs/01_model.ipynb #d8bee8c9
+# %% ../nbs/01_model.ipynb #f609dad8
 _CP = jax.checkpoint_policies
 REMAT_POLICIES = {                   # what the backward keeps of each layer (MaxText's names; `dots` is maxpost's)
     "none": None,                                                   # everything
@@ -304,6 +304,7 @@ REMAT_POLICIES = {                   # what the backward keeps of each layer (Ma
     "save_qkv_proj": _CP.save_only_these_names("query_proj", "key_proj", "value_proj"),
     "save_out_proj": _CP.save_only_these_names("out_proj")}
 
+# %% ../nbs/01_model.ipynb #d8bee8c9
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32,

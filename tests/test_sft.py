@@ -4,25 +4,15 @@ SIGKILL, and the same losses on an 8-device (fsdp=4, tensor=2) CPU mesh as on on
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import kill_at, xla_cache
+from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
 
-def _env(tmp: Path, **extra) -> dict:
-    # a persistent XLA cache (the session's, conftest.xla_cache): later runs of the same program skip the CPU compile
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), **extra)
-
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_sft", *args]
 
-def _run(args, env, timeout=300) -> dict:
-    r = subprocess.run(_cmd(*args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _metrics(run_dir) -> list[dict]:
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+def _run(args, env, timeout=300) -> dict: return run_json(_cmd(*args), env, timeout)
 
 def test_learns_and_resumes_exactly_after_sigkill(tmp_path):
     """A tiny Gemma learns the copy task (eval loss < 2.0 after 200 steps), and a run killed with SIGKILL after its
