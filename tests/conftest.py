@@ -21,11 +21,13 @@ def xla_cache(tmp: Path) -> str:
     "The compilation cache for a test's subprocesses: the session's, else one under the test's `tmp`."
     return os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp / "xla_cache")
 
-def cli_env(tmp: Path, devices: int | None = None, **extra) -> dict:
+def cli_env(tmp: Path, devices: int | None = None, xla_flags: str = "", **extra) -> dict:
     """The environment of a test's CLI subprocess: this process's, the compilation cache (`xla_cache`: later runs of the
-    same program skip the CPU compile), `devices` host CPU devices when given (XLA_FLAGS replaced), then `extra`."""
+    same program skip the CPU compile), `devices` host CPU devices when given (XLA_FLAGS replaced), `xla_flags`
+    appended to XLA_FLAGS, then `extra`."""
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), **extra)
     if devices: env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    if xla_flags: env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
     return env
 
 def last_json(stdout: str) -> dict:

@@ -14,7 +14,11 @@ ARGS = ["model_name=tiny-gemma3", "enable_tqdm=false", f"steps={STEPS}", "checkp
         "per_device_batch_size=1", "eval_interval=8", "eval_steps=2", "eval_at_start=false", "save_model=true",
         "async_checkpointing=false", "initialization_timeout=120"]
 
-def _env(tmp: Path, devices: int | None = None) -> dict: return cli_env(tmp, devices, PYTHONUNBUFFERED="1")
+# LLVM at -O0 (as tests/test_mesh.py): these runs compile far more than they compute, and every run a test compares
+# uses the same flags (the launcher keeps them, setting only the device count)
+O0 = "--xla_backend_optimization_level=0"
+
+def _env(tmp: Path, devices: int | None = None) -> dict: return cli_env(tmp, devices, O0, PYTHONUNBUFFERED="1")
 
 def _sft(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_sft", *args]
