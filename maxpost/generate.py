@@ -20,8 +20,9 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
                             apply_stop_strings, check_engine, check_stream_ids, default_stop_token_ids, encode_prompt,
                             encode_prompts, load_tokenizer, make_engine)
 
+from .blocks import rope_cos_sin, softcap
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
-                           positions_from_mask, rope_cos_sin, softcap)
+                           positions_from_mask)
 
 # %% auto #0
 __all__ = ['DECODE_BLOCK', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length', 'bucket_batch',

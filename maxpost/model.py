@@ -6,8 +6,7 @@ Docs: https://maxpost.github.io/maxpost/model.html.md"""
 
 # %% ../nbs/01_model.ipynb #4b84592f
 from __future__ import annotations
-import dataclasses, json, math, os
-from functools import partial
+import dataclasses, json, os
 from dataclasses import dataclass, field, asdict
 from typing import Any, Literal
 
@@ -18,11 +17,11 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from .matmul import project
+from .blocks import rms_norm, rope_cos_sin, apply_rope, rope_inv_freq, gated, softcap
 
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
-           'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'rms_norm', 'rope_inv_freq',
-           'rope_cos_sin', 'apply_rope', 'attention_mask', 'param_shapes', 'activation', 'gated', 'softcap',
+           'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'attention_mask', 'param_shapes',
            'layer_inv_freqs', 'fuse_weights', 'decoder_layer', 'tpu_lowering', 'use_splash', 'masked_attention',
            'init_std', 'init_param', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'model_config',
            'random_params', 'logical_axes', 'forward_fn']
@@ -130,44 +129,6 @@ def get_preset(model_name: str) -> ModelConfig:
         raise ValueError(f"unknown model_name {model_name!r}.{hint} Known: {', '.join(PRESETS)}")
     return PRESETS[model_name]
 
-# %% ../nbs/01_model.ipynb #7b175c87
-def rms_norm(x, w, eps: float, plus_one: bool):
-    "RMSNorm over the last axis. x [..., d], w [d]."
-    xf = x.astype(jnp.float32)
-    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    if plus_one: return (xf * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
-    return w.astype(x.dtype) * xf.astype(x.dtype)
-
-# %% ../nbs/01_model.ipynb #d4491fdd
-def rope_inv_freq(head_dim: int, theta: float, scaling: tuple | None = None) -> np.ndarray:
-    "Inverse frequencies [head_dim/2] in float32, with optional linear or llama3 scaling."
-    inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim))
-    if scaling is None: return inv.astype(np.float32)
-    kind = scaling[0]
-    if kind == "linear": return (inv / scaling[1]).astype(np.float32)
-    if kind == "llama3":
-        factor, low, high, orig = scaling[1:]
-        low_wl, high_wl = orig / low, orig / high
-        wavelen = 2 * math.pi / inv
-        out = np.where(wavelen > low_wl, inv / factor, inv)
-        smooth = (orig / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * out / factor + smooth * out
-        mid = (wavelen >= high_wl) & (wavelen <= low_wl)
-        return np.where(mid, smoothed, out).astype(np.float32)
-    raise ValueError(f"unknown rope_scaling type {kind!r}")
-
-def rope_cos_sin(positions, inv_freq, dtype):
-    "cos, sin [B, T, head_dim] for integer positions [B, T]."
-    ang = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
-    ang = jnp.concatenate([ang, ang], axis=-1)
-    return jnp.cos(ang).astype(dtype), jnp.sin(ang).astype(dtype)
-
-def apply_rope(x, cos, sin):
-    "Rotate x [B, T, heads, head_dim] by cos/sin [B, T, head_dim]."
-    h = x.shape[-1] // 2
-    rot = jnp.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-    return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
-
 # %% ../nbs/01_model.ipynb #9cca50d4
 PREFIX_GROUP = 1024   # a segment id s >= PREFIX_GROUP is branch s % PREFIX_GROUP of group s // PREFIX_GROUP; branch 0: prefix
 
@@ -206,45 +167,6 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple]:
 LAYER_KEYS = ("attn_norm", "post_attn_norm", "mlp_norm", "post_mlp_norm", "q_norm", "k_norm",
               "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 PROJ_KEYS = LAYER_KEYS[6:]          # the layer's matmul weights
-
-# %% ../nbs/01_model.ipynb #61655b35
-def activation(name: str):
-    "The MLP activation named by `ModelConfig.activation`: 'silu' | 'gelu_tanh'."
-    if name == "silu": return jax.nn.silu
-    if name == "gelu_tanh": return lambda x: jax.nn.gelu(x, approximate=True)
-    raise ValueError(f"unknown activation {name!r}")
-
-# %% ../nbs/01_model.ipynb #7473d5ce
-def _act_grad(name: str, x):
-    "(a(x), a'(x)) in float32, for the activations of `activation`."
-    x = x.astype(jnp.float32)
-    if name == "silu":
-        s = jax.nn.sigmoid(x)
-        return x * s, s * (1 + x * (1 - s))
-    k, c = math.sqrt(2 / math.pi), 0.044715
-    t = jnp.tanh(k * (x + c * x ** 3))
-    return 0.5 * x * (1 + t), 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x)
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def gated(name: str, g, u):
-    "activation(name)(g) ⊙ u, whose backward pass keeps only g and u (the derivative recomputed, in float32)."
-    return activation(name)(g) * u
-
-def _gated_fwd(name, g, u):
-    return gated(name, g, u), (g, u)
-
-def _gated_bwd(name, res, dy):
-    g, u = res
-    a, da = _act_grad(name, g)
-    dy = dy.astype(jnp.float32)
-    return (dy * u.astype(jnp.float32) * da).astype(g.dtype), (dy * a).astype(u.dtype)
-
-gated.defvjp(_gated_fwd, _gated_bwd)
-
-# %% ../nbs/01_model.ipynb #73d5986f
-def softcap(x, cap: float | None):
-    "cap · tanh(x / cap) (Gemma's logit soft-capping), or x when cap is None."
-    return x if cap is None else jnp.tanh(x / cap) * cap
 
 # %% ../nbs/01_model.ipynb #c725ae2d
 def layer_inv_freqs(cfg: ModelConfig) -> dict:
@@ -370,7 +292,7 @@ def init_param(cfg: ModelConfig, name: str, shape: tuple, normal, dtype, xp=jnp)
     if std is None: return xp.full(shape, 0.0 if cfg.norm_plus_one else 1.0, dtype)
     return (normal(shape) * std).astype(dtype)
 
-# %% ../nbs/01_model.ipynb #d8bee8c9
+# %% ../nbs/01_model.ipynb #f609dad8
 _CP = jax.checkpoint_policies
 REMAT_POLICIES = {                   # what the backward keeps of each layer (MaxText's names; `dots` is maxpost's)
     "none": None,                                                   # everything
@@ -382,6 +304,7 @@ REMAT_POLICIES = {                   # what the backward keeps of each layer (Ma
     "save_qkv_proj": _CP.save_only_these_names("query_proj", "key_proj", "value_proj"),
     "save_out_proj": _CP.save_only_these_names("out_proj")}
 
+# %% ../nbs/01_model.ipynb #d8bee8c9
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32,

@@ -1,5 +1,5 @@
 """Shared fixtures: the two embedded real models as HF folders (fetched once into $MAXPOST_CACHE and reused)."""
-import os, sys
+import json, os, sys
 from pathlib import Path
 import pytest
 
@@ -20,6 +20,30 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
 def xla_cache(tmp: Path) -> str:
     "The compilation cache for a test's subprocesses: the session's, else one under the test's `tmp`."
     return os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp / "xla_cache")
+
+def cli_env(tmp: Path, devices: int | None = None, xla_flags: str = "", **extra) -> dict:
+    """The environment of a test's CLI subprocess: this process's, the compilation cache (`xla_cache`: later runs of the
+    same program skip the CPU compile), `devices` host CPU devices when given (XLA_FLAGS replaced), `xla_flags`
+    appended to XLA_FLAGS, then `extra`."""
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), **extra)
+    if devices: env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    if xla_flags: env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+    return env
+
+def last_json(stdout: str) -> dict:
+    "The last line of a command's stdout (the CLIs' summary), parsed as JSON."
+    return json.loads(stdout.strip().splitlines()[-1])
+
+def run_json(cmd, env, timeout=600) -> dict:
+    "Run `cmd` in the repo root, assert it exited 0 (else show the tails of its output) and return `last_json`."
+    import subprocess
+    r = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return last_json(r.stdout)
+
+def read_metrics(run_dir) -> list[dict]:
+    "The records of a run's metrics.jsonl."
+    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
 def run_module(module, *args, timeout=900, check=True, env=None):
     "Run `python -m module key=value…` in a subprocess; returns CompletedProcess (stdout+stderr captured)."

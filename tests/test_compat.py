@@ -15,7 +15,7 @@ they change how long the run is, not how the command is read.
 import json
 from pathlib import Path
 import pytest
-from conftest import run_module, xla_cache
+from conftest import cli_env as _env, last_json, run_module
 
 # ---- the commands, as published ------------------------------------------------------------------------------------
 # MaxText, docs/tutorials/posttraining/sft.md ("Run SFT on Hugging Face Dataset"), maxtext 0.2.x:
@@ -84,11 +84,7 @@ def data(tmp_path_factory):
                                                      "rejected": f"It is {i + 2}."}) + "\n" for i in range(4)))
     return d
 
-def _result(r) -> dict:
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _env(tmp: Path) -> dict:
-    return {"JAX_COMPILATION_CACHE_DIR": xla_cache(tmp)}
+def _result(r) -> dict: return last_json(r.stdout)
 
 def test_maxtext_sft(hf_smol, data, tmp_path):
     env = dict(RUN_NAME="sft", BASE_OUTPUT_DIRECTORY=tmp_path, MODEL="smollm2-135m", MAXTEXT_CKPT_PATH=hf_smol,

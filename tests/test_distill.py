@@ -5,24 +5,15 @@ base and the steps are one device's."""
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
-from conftest import kill_at
+from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false"]
 
-def _env(tmp: Path) -> dict:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp / "xla_cache"))
-
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_distill", *map(str, args)]
 
-def _run(args, env, timeout=600) -> dict:
-    r = subprocess.run(_cmd(*args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _metrics(run_dir) -> list[dict]:
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+def _run(args, env, timeout=600) -> dict: return run_json(_cmd(*args), env, timeout)
 
 def _teacher(tmp: Path, **kw) -> Path:
     "A tiny-llama teacher (trained on the additions unless `vocab_size` is given: then random) as a maxpost checkpoint."

@@ -4,24 +4,15 @@ SmolLM2-135M for three steps and lowers the loss on its batch."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import kill_at, xla_cache
+from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
 
-def _env(tmp: Path) -> dict:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp))
-
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_dpo", *map(str, args)]
 
-def _run(args, env, timeout=600) -> dict:
-    r = subprocess.run(_cmd(*args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _metrics(run_dir) -> list[dict]:
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+def _run(args, env, timeout=600) -> dict: return run_json(_cmd(*args), env, timeout)
 
 def test_tiny_dpo_learns_and_resumes_exactly_after_sigkill(tmp_path):
     """LoRA DPO on the synthetic preference (even over odd token ids, maxpost.dpo_data.synthetic_pairs): the held-out

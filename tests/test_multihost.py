@@ -6,7 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import xla_cache
+from conftest import cli_env, read_metrics as _metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -14,10 +14,11 @@ ARGS = ["model_name=tiny-gemma3", "enable_tqdm=false", f"steps={STEPS}", "checkp
         "per_device_batch_size=1", "eval_interval=8", "eval_steps=2", "eval_at_start=false", "save_model=true",
         "async_checkpointing=false", "initialization_timeout=120"]
 
-def _env(tmp: Path, devices: int | None = None) -> dict:
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), PYTHONUNBUFFERED="1")
-    if devices: env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return env
+# LLVM at -O0 (as tests/test_mesh.py): these runs compile far more than they compute, and every run a test compares
+# uses the same flags (the launcher keeps them, setting only the device count)
+O0 = "--xla_backend_optimization_level=0"
+
+def _env(tmp: Path, devices: int | None = None) -> dict: return cli_env(tmp, devices, O0, PYTHONUNBUFFERED="1")
 
 def _sft(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_sft", *args]
@@ -29,9 +30,6 @@ def _launch(n: int, m: int, *args) -> list[str]:
 def _check(r):
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
-
-def _metrics(run_dir) -> list[dict]:
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
 def _params(run_dir) -> dict:
     from maxpost.checkpoint import load_params

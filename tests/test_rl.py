@@ -6,7 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import kill_at, xla_cache
+from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,18 +62,9 @@ def test_dapo_one_iteration(sft_params):
         assert m["frac_reward_zero_std"] == 0.0 or m["rollout_rounds"] == 9, m
     print([(m["dropped_groups"], m["rollout_rounds"]) for m in r["records"]])
 
-def _env(tmp: Path) -> dict:
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp))
-
 def _cmd(*args): return [sys.executable, "-m", "maxpost.train_rl", *args]
 
-def _run(args, env, timeout=600) -> dict:
-    r = subprocess.run(_cmd(*args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _metrics(run_dir):
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+def _run(args, env, timeout=600) -> dict: return run_json(_cmd(*args), env, timeout)
 
 def test_cli_gspo_token_resumes_exactly_after_sigkill(sft_ckpt, tmp_path):
     """The seed's command (loss_algo=gspo-token) on the SFT'd tiny llama: 12 steps uninterrupted, and a run killed by

@@ -4,25 +4,15 @@ SIGKILL, and the same losses on an 8-device (fsdp=4, tensor=2) CPU mesh as on on
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import kill_at, xla_cache
+from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false", "save_model=false"]
 
-def _env(tmp: Path, **extra) -> dict:
-    # a persistent XLA cache (the session's, conftest.xla_cache): later runs of the same program skip the CPU compile
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=xla_cache(tmp), **extra)
-
 def _cmd(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_sft", *args]
 
-def _run(args, env, timeout=300) -> dict:
-    r = subprocess.run(_cmd(*args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-def _metrics(run_dir) -> list[dict]:
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+def _run(args, env, timeout=300) -> dict: return run_json(_cmd(*args), env, timeout)
 
 def test_learns_and_resumes_exactly_after_sigkill(tmp_path):
     """A tiny Gemma learns the copy task (eval loss < 2.0 after 200 steps), and a run killed with SIGKILL after its
@@ -199,29 +189,6 @@ def test_user_yaml_beats_model_section_and_text_stays_text(tmp_path):
     assert (c.max_target_length, c.dataset_type, c.run_name) == (96, "synthetic", "2024-01-01"), c
     c = load_config(SFTConfig, [str(mine), "max_target_length=48", "run_name=yes"], base_yaml=default_config())
     assert (c.max_target_length, c.run_name) == (48, "yes")
-
-def test_eval_of_step0_state_reproduces_first_logged_loss(tmp_path):
-    """Issue 12: the held-out evaluation, run on the step-0 state and the first training batch, gives the training
-    loss that step 1 logged (a step logs the loss of the weights before its update); by default (eval_steps=-1) the
-    evaluation covers every held-out example, and the summary says how many examples and tokens it evaluated."""
-    from maxpost.config import load_config
-    from maxpost.data import SFTDataIterator
-    from maxpost.sft import SFTConfig, SFTTrainer, load_base, load_examples
-    from maxpost.train_sft import default_config
-    args = TINY + ["steps=1", "eval_steps=-1", "eval_at_start=false", "enable_checkpointing=false"]
-    res = _run(args + [f"base_output_directory={tmp_path}", "run_name=one"], _env(tmp_path))
-    cfg = load_config(SFTConfig, args, base_yaml=default_config())
-    assert res["eval_examples"] == cfg.num_eval_rows and res["eval_tokens"] > 0, res
-    lo, hi = res["eval_loss_ci"]
-    assert lo < res["eval_loss"] < hi, res
-    logged = _metrics(res["run_dir"])[0]["loss"]
-    mcfg, base, tok = load_base(cfg)
-    ex = load_examples(cfg, mcfg, tok, cfg.train_split, cfg.num_train_rows, cfg.data_shuffle_seed)
-    first = next(SFTDataIterator(ex, int(cfg.per_device_batch_size), cfg.max_target_length, seed=cfg.data_shuffle_seed,
-                                 pack=cfg.packing))
-    tr = SFTTrainer(cfg, mcfg, base)
-    got = tr.evaluate(tr.init_state(), [first])["loss"]
-    assert abs(got - logged) <= 1e-5 * logged, (got, logged)
 
 def test_nonfinite_loss_stops_and_saves_nothing_of_that_step(tmp_path):
     """Issue 11: a learning rate of 1e30 makes the loss non-finite after the first update. The run stops with one

@@ -55,7 +55,7 @@ def gsm8k_answer(prompts, completions, **cols) -> list[float]:
     golds = _column(cols, "answer", len(completions), "gsm8k_answer")
     return [1.0 if is_correct(extract_answer(c), format_gold(g)) else 0.0 for c, g in zip(completions, golds)]
 
-# %% ../../nbs/07d_reward_functions.ipynb #trlrw002
+# %% ../../nbs/07d_reward_functions.ipynb #5d8f5da1
 _MATH_DELIM = re.compile(r"\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]")   # an escaped dollar first: it is no delimiter
 _CLOSES = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 
@@ -76,6 +76,7 @@ def latex_answer(completion) -> str | None:
             last, opened = text[opened[1]:m.start()].strip(), None
     return last if last and len(last) <= MAX_ANSWER_CHARS else None
 
+# %% ../../nbs/07d_reward_functions.ipynb #8c416855
 def _gold(solution) -> str | None:
     "The gold answer of a raw `solution`: its `\\boxed{}` or `$…$` removed; None when empty or too long."
     s = completion_text(solution).strip()
@@ -83,6 +84,7 @@ def _gold(solution) -> str | None:
     s = (inner if inner is not None else s).strip()
     return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
 
+# %% ../../nbs/07d_reward_functions.ipynb #8550150d
 def accuracy_reward(prompts, completions, **cols) -> list[float | None]:
     "TRL's `accuracy_reward`: 1.0 if the LaTeX answer equals column `solution`, else 0.0; None for an unreadable gold."
     golds = _column(cols, "solution", len(completions), "accuracy_reward")
@@ -92,6 +94,7 @@ def accuracy_reward(prompts, completions, **cols) -> list[float | None]:
         out.append(None if g is None else float(is_correct(latex_answer(c), g)))
     return out
 
+# %% ../../nbs/07d_reward_functions.ipynb #7596cc0c
 def reasoning_accuracy_reward(prompts, completions, reasoning_delimiters: Sequence[str] | None = None,
                               **cols) -> list[float | None]:
     "TRL's `reasoning_accuracy_reward`: `accuracy_reward` on the text after the reasoning's end (`</think>`), else 0.0."
@@ -104,6 +107,7 @@ def reasoning_accuracy_reward(prompts, completions, reasoning_delimiters: Sequen
     scored = accuracy_reward(prompts, [t or "" for t in tails], **cols)
     return [0.0 if t is None else s for t, s in zip(tails, scored)]
 
+# %% ../../nbs/07d_reward_functions.ipynb #a437a200
 def think_format_reward(prompts, completions, **cols) -> list[float]:
     "TRL's `think_format_reward`: 1.0 if the completion starts with `<think>`, closes it, and opens no second one."
     out = []
@@ -113,6 +117,7 @@ def think_format_reward(prompts, completions, **cols) -> list[float]:
         out.append(1.0 if ok else 0.0)
     return out
 
+# %% ../../nbs/07d_reward_functions.ipynb #61c37a4d
 class SoftOverlongPunishment:
     "TRL's `get_soft_overlong_punishment(max_completion_len, soft_punish_cache)`: DAPO's eq. 13 on `completion_ids`."
     __name__ = "soft_overlong_punishment_reward"          # TRL's metric name
@@ -126,6 +131,7 @@ class SoftOverlongPunishment:
             return np.where(lengths > self.max_completion_len, -1.0, 0.0).tolist()
         return np.asarray(overlong_penalty(lengths, self.max_completion_len, self.soft_punish_cache), float).tolist()
 
+# %% ../../nbs/07d_reward_functions.ipynb #abd2fc88
 REWARD_FUNCTIONS: dict[str, Callable] = {
     **{f.__name__: f for f in (gsm8k_exact_format, gsm8k_plain_format, gsm8k_approx_format, gsm8k_answer)},
     # TRL's `trl grpo --reward_funcs` names, with TRL's meaning (TRL's CLI values for the overlong punishment)
@@ -173,7 +179,7 @@ def combine_rewards(fns: Sequence[Callable], weights: Sequence[float] | None, pr
         total += float(w) * scores
     return total, per_fn, errors
 
-# %% ../../nbs/07d_reward_functions.ipynb #41d3a9ab
+# %% ../../nbs/07d_reward_functions.ipynb #86744a30
 def _import_module_from(where: str, wanted: list[str], kind: str = "reward"):
     "Import a module from a .py path or a dotted name; ValueError naming it (a `kind` module) and the wanted functions."
     what = ", ".join(wanted)
@@ -197,6 +203,7 @@ def _import_module_from(where: str, wanted: list[str], kind: str = "reward"):
     except Exception as e:
         raise ValueError(f"{kind} module {where!r} failed to import ({type(e).__name__}: {e}); wanted: {what}") from e
 
+# %% ../../nbs/07d_reward_functions.ipynb #e25625fe
 def _check_signature(fn: Callable, where: str, name: str):
     "ValueError unless `fn(prompts, completions, **columns)` is a valid call."
     try: sig = inspect.signature(fn)
@@ -208,6 +215,7 @@ def _check_signature(fn: Callable, where: str, name: str):
     if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         logger.warning("reward function %s in %s takes no **kwargs; dataset columns will make the call fail", name, where)
 
+# %% ../../nbs/07d_reward_functions.ipynb #ac2a53ee
 def load_reward_functions(spec: str | Sequence[str]) -> list[Callable]:
     "Reward functions named by `spec` ('gsm8k_answer', 'path/mod.py:f1,f2', 'pkg.mod:f'; ';'-separated or a list)."
     groups = [spec] if isinstance(spec, str) else list(spec)

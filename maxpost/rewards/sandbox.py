@@ -18,13 +18,14 @@ __all__ = ['logger', 'MV_MAX_CHARS', 'MV_MAX_DEPTH', 'MV_TIMEOUT_S', 'MV_MEMORY_
 MV_MAX_CHARS = 200             # math_verify only sees strings up to this long ...
 MV_MAX_DEPTH = 10              # ... with at most this brace/parenthesis nesting
 MV_TIMEOUT_S = 0.5             # wall-clock budget of one math_verify comparison, once the worker is ready
-
-# %% ../../nbs/07b_math_verify.ipynb #4710ec08
 MV_MEMORY_BYTES = 1 << 30      # address-space cap of the math_verify worker
 MV_STARTUP_S = 60.0            # budget of a start of the worker (the first, or a replacement)
 
+
+# %% ../../nbs/07b_math_verify.ipynb #783b5cfc
 _MV_BOMB = re.compile(r"!|\\(?:binom|choose|sum|prod|int|lim)|\^\s*\{?[^{}]*\^|\^\s*\{?\s*-?\d{4}")
 
+# %% ../../nbs/07b_math_verify.ipynb #d80820d9
 _MV_WORKER_CODE = r"""
 import json, logging, resource, sys
 try: resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
@@ -44,6 +45,7 @@ for line in sys.stdin:
     sys.stdout.write(out + "\n"); sys.stdout.flush()
 """
 
+# %% ../../nbs/07b_math_verify.ipynb #1c5dba61
 class _MathVerifyWorker:
     "A math_verify child process answering one comparison per line, killed and replaced when it overruns."
     def __init__(self):
