@@ -23,8 +23,8 @@ from pydantic import model_validator
 from .config import Config, ConfigError, PosInt, alias
 
 # %% auto #0
-__all__ = ['QTYPES', 'NF4', 'DQ_BLOCK', 'QuantKeys', 'nf4_codebook', 'QuantWeight', 'qbytes', 'quantize', 'dequantize', 'qmatmul',
-           'quantize_base', 'quant_sharding', 'quantize_frozen', 'dequantize_base']
+__all__ = ['QTYPES', 'NF4', 'DQ_BLOCK', 'QuantKeys', 'nf4_codebook', 'QuantWeight', 'qbytes', 'nf4_values', 'quantize',
+           'dequantize', 'qmatmul', 'quantize_base', 'quant_sharding', 'quantize_frozen', 'dequantize_base']
 
 # %% ../nbs/05d_quant.ipynb #907d4948
 QTYPES = ("int8", "nf4")        # what `qmatmul` supports
@@ -123,6 +123,15 @@ def _absmax(q: QuantWeight):
     c = _blocks(q.scale.astype(jnp.float32), q.lead, DQ_BLOCK) * q.scale2[..., None]
     return c.reshape(*q.lead, -1)[..., :q.scale.shape[-1]] + q.offset[..., None]
 
+# %% ../nbs/05d_quant.ipynb #7b68e2b2
+def nf4_values(idx):
+    "NF4[idx] for integer codes in [0, 16), float32, by a select on each bit of the code (no gather)."
+    vals = [jnp.float32(v) for v in NF4]
+    for b in range(4):
+        bit = ((idx >> b) & 1).astype(bool)
+        vals = [jnp.where(bit, vals[2 * k + 1], vals[2 * k]) for k in range(len(vals) // 2)]
+    return vals[0]
+
 # %% ../nbs/05d_quant.ipynb #94de1e84
 def quantize(w, qtype: str, n_in: int = 1, batch_dims: int = 0, block: int = 64, double_quant: bool = False):
     """`QuantWeight` of w [*lead, *in, *out] (`batch_dims` leading axes quantized apart, e.g. 1 for stacked layers;
@@ -149,7 +158,7 @@ def dequantize(q: QuantWeight, dtype=None):
         s = jnp.expand_dims(q.scale, tuple(range(len(q.lead), len(q.lead) + q.n_in)))
         return (q.codes.astype(jnp.float32) * s).astype(dt)
     idx = jnp.stack([q.codes & 15, q.codes >> 4], -1).reshape(*q.codes.shape[:-1], q.block)
-    v = jnp.asarray(NF4)[idx] * _absmax(q)[..., None]
+    v = nf4_values(idx) * _absmax(q)[..., None]
     return v.reshape(*q.lead, -1)[..., :math.prod(q.shape)].reshape(*q.lead, *q.shape).astype(dt)
 
 # %% ../nbs/05d_quant.ipynb #54a13f70
