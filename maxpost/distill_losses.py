@@ -239,15 +239,16 @@ def student_lse(h, w, ids, cap: float | None = None, temperature: float = 1.0, w
     """(lse of z/τ over V, lse of z/τ over V without each token's ids [N, k], lse of z at τ = 1) [N] each, for hidden
     h [N, d] under head w [V, d] in logit tiles; a gradient to h only. The third is the first when τ = 1 or not with_nll."""
     out = _lse_tiles(h, w, ids, cap, temperature, with_nll and temperature != 1.0, chunk, block, False)
-    return out[0][0], out[1][0], out[-1][0]
+    return out[0][0], out[1][0], out[2 if len(out) == 3 else 0][0]
 
 def _slse_fwd(h, w, ids, cap, temperature, with_nll, chunk, block):
     out = _lse_tiles(h, w, ids, cap, temperature, with_nll and temperature != 1.0, chunk, block, True)
-    return (out[0][0], out[1][0], out[-1][0]), (tuple(o[1] for o in out), jnp.zeros((), h.dtype))
+    out = out if len(out) == 3 else out + out[:1]      # without a separate τ = 1 pass, the third is the first
+    return tuple(o[0] for o in out), (tuple(o[1] for o in out), jnp.zeros((), h.dtype))
 
 def _slse_bwd(cap, temperature, with_nll, chunk, block, res, g):
     grads, h_dtype = res
-    dh = g[0][:, None] * grads[0] + g[1][:, None] * grads[1] + g[2][:, None] * grads[-1]
+    dh = g[0][:, None] * grads[0] + g[1][:, None] * grads[1] + g[2][:, None] * grads[2]
     return dh.astype(h_dtype.dtype), None, None
 
 student_lse.defvjp(_slse_fwd, _slse_bwd)
