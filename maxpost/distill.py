@@ -156,7 +156,7 @@ class DistillTrainer(Trainer):
         if self.offline:
             return offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
                                         batch["teacher_logprobs"], c.distill_alpha, c.distill_temperature, self.beta,
-                                        self.mcfg.final_logit_softcapping, *self.tiles)
+                                        self.mcfg.final_logit_softcapping, *self.tiles, need_dw=not c.use_lora)
         return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], c.distill_alpha, c.distill_temperature,
                             self.beta, self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping,
                             *self.tiles, need_dw=not c.use_lora)
