@@ -226,7 +226,7 @@ def train(cfg: DistillConfig) -> dict:
         store = TopKStore(cfg)
     mcfg, base, tok_dir = load_base(cfg, mesh)
     if store is None: tmcfg, tparams = load_teacher(cfg, mcfg)
-    else: (tmcfg, tparams), _ = (None, None), store.check_tokenizer(cfg, mcfg, tok_dir)
+    else: tmcfg = tparams = None; store.check_tokenizer(cfg, mcfg, tok_dir)     # no teacher to load
     train_ex, eval_ex = train_eval_examples(cfg, mcfg, tok_dir, load_examples)
     if store is not None: store.check_examples("train", train_ex); store.check_examples("eval", eval_ex)
     trainer = DistillTrainer(cfg, mcfg, base, tmcfg, tparams, mesh)
