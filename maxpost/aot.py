@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 # %% auto #0
-__all__ = ['GIB', 'SDS', 'TOPOLOGIES', 'OOM', 'GIB_PER', 'SFT_BATCH', 'libtpu_dir', 'AotKeys', 'topology_devices',
+__all__ = ['GIB', 'SDS', 'TOPOLOGIES', 'OOM', 'GIB_PER', 'SFT_BATCH', 'TOPK_BATCH', 'libtpu_dir', 'AotKeys', 'topology_devices',
            'per_chip_bytes', 'memory', 'compile_program', 'abstract_base', 'shape_config', 'placed', 'abstract_state',
            'trained_params', 'global_batch', 'rows', 'sft_programs', 'dpo_programs', 'distill_programs', 'rl_programs',
            'sampler_program', 'SampleConfig', 'sample_programs', 'verdict', 'describe', 'check', 'find_batch', 'main']
@@ -202,12 +202,23 @@ def dpo_programs(cfg, mesh) -> list:
     return [compile_program("train step", tr._step, st, tr.frozen, batch, state=st)]
 
 # %% ../nbs/11a_aot.ipynb #8df40db3
+TOPK_BATCH = {"teacher_ids": jnp.int32, "teacher_logprobs": jnp.float32}   # offline distillation's rows, [A, B, T, k]
+
 def distill_programs(cfg, mesh) -> list:
     "The distillation step (`DistillTrainer._step`): SFT's rows plus the teacher's weights, an argument of the step."
     from types import SimpleNamespace
     from maxpost.distill import DistillTrainer, teacher_key
     B, A, T = global_batch(cfg, mesh), cfg.gradient_accumulation_steps, cfg.max_target_length
     mcfg = shape_config(cfg)
+    if cfg.teacher_logits_path:           # offline: no teacher; the stored top-k come with the rows
+        man = Path(cfg.teacher_logits_path) / "manifest.json"
+        k = cfg.distill_teacher_top_k or (json.loads(man.read_text())["top_k"] if man.exists() else 0)
+        if not k: raise ConfigError(f"teacher_logits_path={cfg.teacher_logits_path!r} has no manifest here: set "
+                                    "distill_teacher_top_k to the stored k", key="distill_teacher_top_k")
+        tr = DistillTrainer(cfg, mcfg, abstract_base(mcfg), None, None, mesh)
+        st = abstract_state(tr, trained_params(tr))
+        batch = rows((A, B, T), tr.batch_sh, SFT_BATCH) | rows((A, B, T, k), tr.batch_sh, TOPK_BATCH)
+        return [compile_program("train step", tr._step, st, tr.frozen, tr.teacher, batch, state=st)]
     try: tmcfg = shape_config(SimpleNamespace(model_name=cfg.teacher_model_name,
                                               load_parameters_path=cfg.teacher_load_parameters_path))
     except (ConfigError, OSError, KeyError) as e:

@@ -9,6 +9,7 @@ Docs: https://maxpost.github.io/maxpost/distill.html.md"""
 # %% ../nbs/05f_distill.ipynb #62254214
 from __future__ import annotations
 import sys, warnings
+from pathlib import Path
 from functools import partial
 from typing import Literal
 
@@ -20,8 +21,8 @@ from pydantic import model_validator
 
 from .addition import EOS, DigitTokenizer, addition_split
 from .checkpoint import load_any
-from .config import ConfigError, error_line, user_errors
-from .distill_losses import DistillKeys, distill_loss, distill_token_losses
+from .config import ConfigError, PosInt, error_line, user_errors
+from .distill_losses import DistillKeys, distill_loss, distill_token_losses, offline_distill_loss
 from .distributed import is_main_process, process_allgather
 from .head_loss import head_tiles, head_weight
 from .lora import place_weight
@@ -44,12 +45,15 @@ class DistillConfig(DistillKeys, SFTConfig):
     teacher_model_name: str = ""            # the teacher's preset or tiny model (checked against its checkpoint)
     teacher_load_parameters_path: str = ""  # the teacher's weights; "": a random init of teacher_model_name
     distill_loss: Literal[tuple(DISTILL_LOSSES)] = "forward_kl"   # D: KL(teacher ‖ student), the reverse, or JSD(β)
+    teacher_logits_path: str = ""           # offline: the folder of `python -m maxpost.distill_logits`; "": online
+    teacher_logprobs_dtype: Literal["float32", "float16"] = "float32"   # distill_logits: the stored log-probs' dtype
+    teacher_logits_shard_size: PosInt = 256  # distill_logits: examples per shard file
 
     @model_validator(mode="after")
     def _check_distill(self):
-        if not (self.teacher_model_name or self.teacher_load_parameters_path):
-            raise ConfigError("a teacher is needed: set teacher_load_parameters_path (or teacher_model_name)",
-                              key="teacher_load_parameters_path")
+        if not (self.teacher_model_name or self.teacher_load_parameters_path or self.teacher_logits_path):
+            raise ConfigError("a teacher is needed: set teacher_load_parameters_path (or teacher_model_name), or "
+                              "teacher_logits_path (offline)", key="teacher_load_parameters_path")
         b = self.distill_jsd_beta
         if self.distill_loss == "jsd" and not 0.0 < b < 1.0:
             raise ConfigError(f"distill_jsd_beta={b}: distill_loss=jsd needs 0 < distill_jsd_beta < 1 (the ends are "
@@ -57,9 +61,10 @@ class DistillConfig(DistillKeys, SFTConfig):
         if self.distill_loss != "jsd" and b != 0.0:
             raise ConfigError(f"distill_jsd_beta={b} is read by distill_loss=jsd only (distill_loss={self.distill_loss})",
                               key="distill_jsd_beta")
-        if self.distill_teacher_top_k:
-            raise ConfigError(f"distill_teacher_top_k={self.distill_teacher_top_k}: offline distillation is not in "
-                              "train_distill yet; 0 runs the teacher online", key="distill_teacher_top_k")
+        if self.distill_teacher_top_k and not self.teacher_logits_path:
+            raise ConfigError(f"distill_teacher_top_k={self.distill_teacher_top_k} is read with teacher_logits_path "
+                              "only (offline: the teacher's stored top-k); 0 runs the teacher online",
+                              key="distill_teacher_top_k")
         return self
 
 def divergence_beta(cfg: DistillConfig) -> float:
@@ -78,12 +83,14 @@ def check_teacher(mcfg: ModelConfig, teacher_mcfg: ModelConfig, key: str = "teac
         raise ConfigError(f"{key}={value!r}: the teacher's vocabulary ({teacher_mcfg.vocab_size} tokens) is not the "
                           f"student's ({mcfg.vocab_size}); distillation needs one tokenizer", key=key)
 
-def load_teacher(cfg: DistillConfig, mcfg: ModelConfig) -> tuple[ModelConfig, dict]:
-    "(ModelConfig, numpy params) of the teacher: teacher_load_parameters_path's weights, or a random teacher_model_name."
-    key = teacher_key(cfg); value = getattr(cfg, key)
+def load_teacher(cfg: DistillConfig, mcfg: ModelConfig | None, with_tokenizer: bool = False) -> tuple:
+    """(ModelConfig, numpy params) of the teacher: teacher_load_parameters_path's weights, or a random
+    teacher_model_name; its vocabulary checked against the student's `mcfg` (None: no student). with_tokenizer: and
+    the tokenizer folder (tokenizer_path, else the teacher checkpoint's, or None)."""
+    key = teacher_key(cfg); value = getattr(cfg, key); tok = None
     try:
         if cfg.teacher_load_parameters_path:
-            params, tmcfg, _ = load_any(cfg.teacher_load_parameters_path, cfg.teacher_model_name or None)
+            params, tmcfg, tok = load_any(cfg.teacher_load_parameters_path, cfg.teacher_model_name or None)
         else:
             tmcfg = model_config(cfg.teacher_model_name)
             if cfg.teacher_model_name not in TINY_MODELS:
@@ -93,27 +100,31 @@ def load_teacher(cfg: DistillConfig, mcfg: ModelConfig) -> tuple[ModelConfig, di
     except Exception as e:          # a missing or mismatched checkpoint, an unknown model name
         if not isinstance(e, user_errors() + (OSError,)): raise
         raise ConfigError(f"{key}={value!r}: {error_line(e)}", key=key) from e
-    check_teacher(mcfg, tmcfg, key, value)
-    return tmcfg, params
+    if mcfg is not None: check_teacher(mcfg, tmcfg, key, value)
+    if not with_tokenizer: return tmcfg, params
+    return tmcfg, params, Path(cfg.tokenizer_path) if cfg.tokenizer_path else tok
 
 # %% ../nbs/05f_distill.ipynb #30ea7d66
 class DistillTrainer(Trainer):
-    "`maxpost.trainer.Trainer` with the distillation loss: the frozen teacher's forward runs inside each step."
-    def __init__(self, cfg: DistillConfig, mcfg: ModelConfig, base_params: dict, teacher_mcfg: ModelConfig,
-                 teacher_params: dict, mesh=None):
+    """`maxpost.trainer.Trainer` with the distillation loss: the frozen teacher's forward runs inside each step, or
+    (`teacher_mcfg` None: offline) its stored top-k come with each batch."""
+    def __init__(self, cfg: DistillConfig, mcfg: ModelConfig, base_params: dict, teacher_mcfg: ModelConfig | None,
+                 teacher_params: dict | None, mesh=None):
         # base_params, teacher_params: name → array (numpy or jax), maxpost layout
         cfg = cfg.for_backend()                          # `auto` dtypes and remat for this backend (maxpost.loop)
         mesh = mesh if mesh is not None else cfg.mesh()
-        check_teacher(mcfg, teacher_mcfg, teacher_key(cfg), getattr(cfg, teacher_key(cfg)))
+        self.offline = teacher_mcfg is None
+        if not self.offline: check_teacher(mcfg, teacher_mcfg, teacher_key(cfg), getattr(cfg, teacher_key(cfg)))
         self.tiles, self.beta = head_tiles(mesh, cfg.loss_chunk_size), divergence_beta(cfg)
         mm = jnp.bfloat16 if cfg.bf16_matmuls else None
         super().__init__(cfg, mcfg, base_params, mesh, None, count_key="loss_tokens", matmul_dtype=mm)
         # the teacher: its own graph, its full weights laid out like the base's, an argument of every program
-        self.teacher_mcfg = teacher_mcfg
-        self.teacher_graphdef = nnx.split(nnx.eval_shape(lambda: Decoder(teacher_mcfg, dtype=self.dtype,
-                                                                        param_dtype=self.wdtype, matmul_dtype=mm)))[0]
-        self.teacher_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(teacher_mcfg))
-        self.teacher = {k: place_weight(teacher_params[k], self.wdtype, s) for k, s in self.teacher_sh.items()}
+        self.teacher_mcfg, self.teacher_sh, self.teacher = teacher_mcfg, {}, {}
+        if not self.offline:
+            self.teacher_graphdef = nnx.split(nnx.eval_shape(lambda: Decoder(teacher_mcfg, dtype=self.dtype,
+                                                                            param_dtype=self.wdtype, matmul_dtype=mm)))[0]
+            self.teacher_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(teacher_mcfg))
+            self.teacher = {k: place_weight(teacher_params[k], self.wdtype, s) for k, s in self.teacher_sh.items()}
         self._step = jit_sharded(self._distill_step, self.mesh, (self.state_sh, self.frozen_sh, self.teacher_sh,
                                  self.batch_sh), (self.state_sh, None), donate_argnums=(0,))
         self.batch2_sh = batch_sharding(self.mesh)
@@ -133,6 +144,7 @@ class DistillTrainer(Trainer):
     def _hidden(self, model, lora, teacher, b):
         "(student's final hidden [B, T, d], its head, teacher's hidden [B, T, d_T], its head), the teacher's frozen."
         h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
+        if self.offline: return h, head_weight(model), None, None
         tm = nnx.merge(self.teacher_graphdef, jax.lax.stop_gradient(teacher))
         ht, _ = tm(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True)
         return h, head_weight(model), ht, head_weight(tm)
@@ -141,6 +153,10 @@ class DistillTrainer(Trainer):
         "(Σ m·(α τ² D + (1 − α) NLL), Σ m, {soft_loss, hard_loss} sums) of one [B, T] micro-batch."
         c = self.cfg
         h, w, ht, wt = self._hidden(model, lora, teacher, batch)
+        if self.offline:
+            return offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
+                                        batch["teacher_logprobs"], c.distill_alpha, c.distill_temperature, self.beta,
+                                        self.mcfg.final_logit_softcapping, *self.tiles, need_dw=not c.use_lora)
         return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], c.distill_alpha, c.distill_temperature,
                             self.beta, self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping,
                             *self.tiles, need_dw=not c.use_lora)
@@ -150,6 +166,11 @@ def _eval_sums(self, model, lora, batch, teacher):
     "[Σ m·τ²·D, Σ m·NLL, Σ m] of one [B, T] batch, in logit tiles."
     c = self.cfg
     h, w, ht, wt = self._hidden(model, lora, teacher, batch)
+    if self.offline:            # α = 0.5: both terms computed; the metrics are their sums
+        _, n, s = offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
+                                       batch["teacher_logprobs"], 0.5, c.distill_temperature, self.beta,
+                                       self.mcfg.final_logit_softcapping, *self.tiles)
+        return jnp.stack([s["soft_loss"], s["hard_loss"], n])
     D, nll = distill_token_losses(h.reshape(-1, h.shape[-1]), w, ht.reshape(-1, ht.shape[-1]), wt,
                                   batch["targets"].reshape(-1), self.beta, c.distill_temperature, True,
                                   self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping, *self.tiles)
@@ -199,16 +220,24 @@ def train(cfg: DistillConfig) -> dict:
     from maxpost.data import SFTDataIterator
     cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
     B, A = batch_rows(cfg, mesh)
+    store = None
+    if cfg.teacher_logits_path:                                  # offline: the stored top-k, checked against the run
+        from maxpost.distill_logits import TopKStore
+        store = TopKStore(cfg)
     mcfg, base, tok_dir = load_base(cfg, mesh)
-    tmcfg, tparams = load_teacher(cfg, mcfg)
+    if store is None: tmcfg, tparams = load_teacher(cfg, mcfg)
+    else: tmcfg = tparams = None; store.check_tokenizer(cfg, mcfg, tok_dir)     # no teacher to load
     train_ex, eval_ex = train_eval_examples(cfg, mcfg, tok_dir, load_examples)
+    if store is not None: store.check_examples("train", train_ex); store.check_examples("eval", eval_ex)
     trainer = DistillTrainer(cfg, mcfg, base, tmcfg, tparams, mesh)
     del base, tparams
     it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing,
                          rows=trainer.local_rows(A * B))
+    if store is not None: it = store.batches(it, "train")
 
     def eval_fn(state, step):
         ev = SFTDataIterator(eval_ex, B, cfg.max_target_length, seed=0, pack=cfg.packing, num_epochs=1)
+        if store is not None: ev = store.batches(ev, "eval")
         r = trainer.evaluate(state, ev if cfg.eval_steps < 0 else (b for _, b in zip(range(cfg.eval_steps), ev)))
         if is_main_process(): tqdm.write(f"eval at step {step}: distill loss {r['distill_loss']:.4f}, SFT loss "
                                          f"{r['sft_loss']:.4f} over {r['tokens']} held-out target tokens", file=sys.stderr)

@@ -232,23 +232,58 @@ def _lse_tiles(h, w, ids, cap, temperature, sep, chunk, block, need_dh):
     _, out = jax.lax.scan(body, None, (_chunked(h, c, n, pad), _chunked(ids, c, n, pad)))
     return jax.tree.map(lambda o: o.reshape(n * c, *o.shape[2:])[:N], out)
 
+# %% ../nbs/05e_distill_losses.ipynb #64eb9bd5
+def _lse_head_grad(h, w, ids, lses, g, cap, temperature, sep, chunk, block):
+    """∂(Σ_t g0·lse_t + g1·lse∖K_t + g2·lse¹_t)/∂w [V, d] float32: Σ_t (g0·κ·softmax(s) + g1·κ·softmax(s∖K)
+    + g2·κ¹·softmax(z))_tj h_t in [chunk, block] tiles, from the forward's log-sum-exps `lses` (sep: lse¹ apart)."""
+    N, d = h.shape; V = w.shape[0]
+    c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
+    rows = jnp.arange(c)[:, None]
+    la, lt, l1 = (x.astype(jnp.float32) for x in lses)
+    lt = jnp.where(jnp.isfinite(lt), lt, 0.0)                   # k = V: nothing outside the ids (its terms are 0)
+    g0, g1, g2 = (x.astype(jnp.float32) for x in g)
+    if not sep: g0, g2 = g0 + g2, jnp.zeros_like(g2)            # lse¹ is lse itself
+    def body(dw, xs):
+        hc, ic, lac, ltc, l1c, g0c, g1c, g2c = xs
+        def fn(lo, size, dw):
+            u = _logits(hc, w, lo, size)
+            s, k = _scaled(u, cap, temperature)
+            at = jnp.where((ic >= lo) & (ic < lo + size), ic - lo, size)
+            sx = s.at[rows, at].set(-jnp.inf, mode="drop")
+            gz = _k(k) * (g0c[:, None] * jnp.exp(s - lac[:, None]) + g1c[:, None] * jnp.exp(sx - ltc[:, None]))
+            if sep: s1, k1 = _scaled(u, cap, 1.0); gz = gz + _k(k1) * g2c[:, None] * jnp.exp(s1 - l1c[:, None])
+            blk = jnp.einsum("cv,cd->vd", gz, hc.astype(jnp.float32))
+            if isinstance(lo, int): return dw.at[lo:lo + size].add(blk)
+            return jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
+        return _over_blocks(V, block, fn, dw), None
+    xs = [_chunked(x, c, n, pad) for x in (h, ids, la, lt, l1, g0, g1, g2)]
+    return jax.lax.scan(body, jnp.zeros((V, d), jnp.float32), xs)[0]
+
 # %% ../nbs/05e_distill_losses.ipynb #2ab3049a
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
 def student_lse(h, w, ids, cap: float | None = None, temperature: float = 1.0, with_nll: bool = True,
-                chunk: int = FUSED_CHUNK, block: int = VOCAB_BLOCK):
+                chunk: int = FUSED_CHUNK, block: int = VOCAB_BLOCK, need_dw: bool = False):
     """(lse of z/τ over V, lse of z/τ over V without each token's ids [N, k], lse of z at τ = 1) [N] each, for hidden
-    h [N, d] under head w [V, d] in logit tiles; a gradient to h only. The third is the first when τ = 1 or not with_nll."""
+    h [N, d] under head w [V, d] in logit tiles; a gradient to h, and to w when need_dw (a third tile pass in the
+    backward). The third is the first when τ = 1 or not with_nll."""
     out = _lse_tiles(h, w, ids, cap, temperature, with_nll and temperature != 1.0, chunk, block, False)
-    return out[0][0], out[1][0], out[-1][0]
+    return out[0][0], out[1][0], out[2 if len(out) == 3 else 0][0]
 
-def _slse_fwd(h, w, ids, cap, temperature, with_nll, chunk, block):
+def _slse_fwd(h, w, ids, cap, temperature, with_nll, chunk, block, need_dw):
     out = _lse_tiles(h, w, ids, cap, temperature, with_nll and temperature != 1.0, chunk, block, True)
-    return (out[0][0], out[1][0], out[-1][0]), (tuple(o[1] for o in out), jnp.zeros((), h.dtype))
+    out = out if len(out) == 3 else out + out[:1]      # without a separate τ = 1 pass, the third is the first
+    lses = tuple(o[0] for o in out)
+    return lses, (tuple(o[1] for o in out), jnp.zeros((), h.dtype), (h, w, ids, lses) if need_dw else None)
 
-def _slse_bwd(cap, temperature, with_nll, chunk, block, res, g):
-    grads, h_dtype = res
-    dh = g[0][:, None] * grads[0] + g[1][:, None] * grads[1] + g[2][:, None] * grads[-1]
-    return dh.astype(h_dtype.dtype), None, None
+def _slse_bwd(cap, temperature, with_nll, chunk, block, need_dw, res, g):
+    grads, h_dtype, saved = res
+    dh = g[0][:, None] * grads[0] + g[1][:, None] * grads[1] + g[2][:, None] * grads[2]
+    dw = None
+    if need_dw:
+        h, w, ids, lses = saved
+        sep = with_nll and temperature != 1.0
+        dw = _lse_head_grad(h, w, ids, lses, g, cap, temperature, sep, chunk, block).astype(w.dtype)
+    return dh.astype(h_dtype.dtype), dw, None
 
 student_lse.defvjp(_slse_fwd, _slse_bwd)
 
@@ -264,14 +299,15 @@ def _topk_scaled(h, w, ids, cap, temperature, chunk):
 
 def offline_distill_loss(h, w, targets, mask, teacher_ids, teacher_logprobs, alpha: float = 0.5,
                          temperature: float = 1.0, beta: float = 0.0, cap: float | None = None,
-                         chunk: int = FUSED_CHUNK, block: int = VOCAB_BLOCK):
+                         chunk: int = FUSED_CHUNK, block: int = VOCAB_BLOCK, need_dw: bool = False):
     """Offline distillation: (Σ mask·ℓ, Σ mask, metrics) with ℓ = α·τ²·D_β + (1 − α)·NLL, D_β over the teacher's top-k
-    ids [..., k] (log-probs [..., k] at τ) plus a tail bucket, for student hidden h [..., d] under head w [V, d]."""
+    ids [..., k] (log-probs [..., k] at τ) plus a tail bucket, for student hidden h [..., d] under head w [V, d];
+    need_dw: the student's head is trained (else frozen)."""
     d, V, k = h.shape[-1], w.shape[0], teacher_ids.shape[-1]
     check_top_k(k, V)
-    w = jax.lax.stop_gradient(w)            # the head is frozen here: `student_lse` has no head gradient
+    if not need_dw: w = jax.lax.stop_gradient(w)      # a frozen head: no gather's or target's gradient either
     h2, ids, y = h.reshape(-1, d), teacher_ids.reshape(-1, k), targets.reshape(-1)
-    la, lt, l1 = student_lse(h2, w, ids, cap, temperature, alpha < 1.0, chunk, block)
+    la, lt, l1 = student_lse(h2, w, ids, cap, temperature, alpha < 1.0, chunk, block, need_dw)
     lq = _topk_scaled(h2, w, ids, cap, temperature, chunk) - la[:, None]
     lpk = teacher_logprobs.reshape(-1, k).astype(jnp.float32)
     if k < V: lp, lq = teacher_buckets(lpk), jnp.concatenate([lq, (lt - la)[:, None]], -1)

@@ -11,7 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model_name=tiny-gemma3", "enable_tqdm=false"]
 
 def _cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "maxpost.train_distill", *map(str, args)]
+    return _cmd_of("maxpost.train_distill", *args)
+
+def _cmd_of(module, *args) -> list[str]:
+    return [sys.executable, "-m", module, *map(str, args)]
 
 def _run(args, env, timeout=600) -> dict: return run_json(_cmd(*args), env, timeout)
 
@@ -91,3 +94,68 @@ def test_fsdp_tensor_mesh_matches_one_device(tmp_path):
         assert "fsdp" in out[f"{mode}|four|teacher"] and "tensor" in out[f"{mode}|four|teacher"], out
         for (l1, g1), (l4, g4) in zip(out[f"{mode}|one"], out[f"{mode}|four"]):
             assert abs(l1 - l4) <= 1e-5 * l1 and abs(g1 - g4) <= 1e-4 * g1, (mode, out)
+
+def _main(module, args, capsys) -> tuple[int, str, str]:
+    "(exit status, last stdout line, last stderr line) of `module.main(args)` run in this process."
+    import importlib
+    capsys.readouterr()
+    try: importlib.import_module(module).main([str(a) for a in args]); rc = 0
+    except SystemExit as e: rc = e.code
+    out, err = (x.strip().splitlines() for x in capsys.readouterr())
+    return rc, out[-1] if out else "", err[-1] if err else ""
+
+def test_offline_logits_resume_train_and_bad_input(tmp_path, capsys):
+    """Offline distillation: `distill_logits` SIGKILLed after its second shard and run again writes only the missing
+    shards, equal to an uninterrupted run's; a student trained from them for 20 steps ends with its held-out (top-k)
+    distill loss below half of the random student's, as the online run's does; another teacher, another tokenizer, a
+    top-k above the vocabulary and another max_target_length each stop with one line naming the key, nothing written.
+    After the killed writer, the commands run in this process (`main`), to save their start-up."""
+    import numpy as np
+    from maxpost.config import load_config
+    from maxpost.distill import DistillConfig
+    from maxpost.distill_logits import write_logits
+    from maxpost.train_distill import default_config
+    env, teacher = _env(tmp_path), _teacher(tmp_path)
+    common = TINY + [f"teacher_load_parameters_path={teacher}", "distill_teacher_top_k=16"]
+    logits, ref = tmp_path / "topk", tmp_path / "ref"
+    write = common + ["teacher_logits_shard_size=4"]           # 19 train shards, 6 held-out
+    kill_at(_cmd_of("maxpost.distill_logits", *write, f"teacher_logits_path={logits}"), env,
+            logits / "train" / "shard-00001.npz", 300)
+    before = {p.name: p.stat().st_mtime_ns for p in (logits / "train").glob("shard-*.npz")}
+    assert 2 <= len(before) < 19, sorted(before)
+    rc, out, err = _main("maxpost.distill_logits", write + [f"teacher_logits_path={logits}"], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert (res["shards"], res["skipped"], res["written"]) == (25, len(before), 25 - len(before)), res
+    assert all((logits / "train" / n).stat().st_mtime_ns == t for n, t in before.items())     # not rewritten
+    write_logits(load_config(DistillConfig, write + [f"teacher_logits_path={ref}"], base_yaml=default_config()))
+    for split, n in (("train", 19), ("eval", 6)):
+        names = sorted(p.name for p in (logits / split).iterdir())
+        assert names == [f"shard-{i:05d}.npz" for i in range(n)], names          # no temporary file left
+        for name in names:
+            with np.load(logits / split / name) as a, np.load(ref / split / name) as b:
+                for k in ("ids", "logprobs", "offsets"): assert np.array_equal(a[k], b[k]), (split, name, k)
+    rc, out, err = _main("maxpost.train_distill", TINY + [f"teacher_logits_path={logits}", "steps=20", "eval_interval=20",
+                         "save_model=false", f"base_output_directory={tmp_path}", "run_name=off"], capsys)
+    assert rc == 0, err
+    off = json.loads(out)
+    assert off["eval_distill_loss"] < 0.5 * off["eval_distill_loss_initial"], off
+    assert off["eval_sft_loss"] < off["eval_sft_loss_initial"], off
+    assert [m["step"] for m in _metrics(off["run_dir"])] == list(range(1, 21))
+    # bad input: each one line naming the key, before any compute, nothing written
+    other = _teacher(tmp_path, vocab_size=64)
+    write_logits(load_config(DistillConfig, TINY + [f"teacher_load_parameters_path={other}", "distill_teacher_top_k=4",
+                                                    f"teacher_logits_path={tmp_path / 'v64'}"], base_yaml=default_config()))
+    run = [f"base_output_directory={tmp_path}", "run_name=bad"]
+    for module, args, start, says in [
+            ("maxpost.train_distill", [f"teacher_logits_path={logits}", f"teacher_load_parameters_path={other}"],
+             "error: teacher_load_parameters_path=", "another teacher"),
+            ("maxpost.train_distill", [f"teacher_logits_path={tmp_path / 'v64'}"], "error: teacher_logits_path=",
+             "another tokenizer"),
+            ("maxpost.train_distill", [f"teacher_logits_path={logits}", "max_target_length=24"],
+             "error: max_target_length=24", "max_target_length=32"),
+            ("maxpost.distill_logits", [common[2], "distill_teacher_top_k=129", f"teacher_logits_path={tmp_path / 'big'}"],
+             "error: distill_teacher_top_k=129", "exceeds the vocabulary (128 tokens)")]:
+        rc, _, line = _main(module, TINY + args + run, capsys)
+        assert rc == 2 and line.startswith(start) and says in line, (args, rc, line)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "big").exists()
