@@ -18,6 +18,7 @@ from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosI
 from ..datasets import DATASETS, DataKeys
 from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
 from ..lora import LoRAKeys
+from ..quant import QuantKeys
 from ..losses import IS_MODES, LossConfig, canonical, resolve_loss_config, LOSS_PRESETS
 
 # %% auto #0
@@ -77,8 +78,8 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
     alias("temperature", "decode_sampling_temperature", source="TRL"),
 )
 
-class RLConfig(DataKeys, LoRAKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
-    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.datasets), RL's own keys."
+class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.quant, maxpost.datasets), RL's own keys."
     # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
     learning_rate: NonNegFloat = 1e-6
     warmup_steps_fraction: Fraction = 0.0

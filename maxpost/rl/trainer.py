@@ -27,6 +27,7 @@ from ..losses import (LossConfig, aggregate_loss, informative_groups, kl_penalty
 from ..advantages import step_advantages
 from ..entropy import frozen_head_entropy
 from ..lora import lora_axes, lora_shapes, lora_targets, merge_lora
+from ..quant import dequantize_base
 from ..loop import RunLoop, jit_sharded
 from ..head_loss import frozen_head_nll, head_tiles, head_weight, map_position_chunks
 from ..trainer import Trainer, export_model, load_base, start_run
@@ -67,7 +68,8 @@ class RLTrainer(Trainer):
                          n_updates=cfg.steps * cfg.num_iterations * cfg.num_minibatches)
         cfg, self.lc = self.cfg, lc
         self.use_ref = lc.beta > 0
-        base = self.frozen if cfg.use_lora else self._base    # LoRA: the reference is the base with lora=None
+        # LoRA: the reference is the base with lora=None (QLoRA: the quantized base, as DPO's reference)
+        base = self.frozen if cfg.use_lora else self._base
         # full fine-tuning: the reference is a frozen copy of the initial weights (only when beta > 0)
         copy = lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jnp.copy(x)      # abstract: maxpost.aot
         self.ref = (base if cfg.use_lora else jax.tree.map(copy, base)) if self.use_ref else None
@@ -176,8 +178,12 @@ class RLTrainer(Trainer):
         return self._update(state, self.frozen, mb)
 
     def engine_params(self, state) -> dict:
-        "Full weights for the engine (LoRA folded in)."
-        if self.cfg.use_lora: return merge_lora(self.frozen, state["params"], self.lora_scale)
+        "Full weights for the engine (LoRA folded into the base, a QLoRA base dequantized first), in weight_dtype."
+        # QLoRA: the engine samples from the policy the update trains, dequant(Q(W)) + s·AB, not from the original W
+        # (gone). Memory: the engine's copy holds every quantized layer weight in weight_dtype again (plus one
+        # float32 merge temporary per adapted weight while it is built): QLoRA shrinks the trainer's copy of the
+        # base, not the engine's, so the peak is the quantized base + a full weight_dtype model + LoRA and Adam state
+        if self.cfg.use_lora: return merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale)
         return jax.tree.map(jnp.copy, state["params"])    # a copy: the next update donates the state's buffers
 
     def host_engine_params(self, state) -> dict:
