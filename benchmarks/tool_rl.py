@@ -1,13 +1,14 @@
 """Tool-use RL on a task that needs the tool: does GRPO teach a tiny model to call the calculator?
 
-Task (`maxpost.rl.tool_task`): `a*b` with two 3-digit factors (every product 6 digits), exact reward on the final
-turn. Tiny llama (4 layers, width 32), randomly initialized, warm-started by SFT on solved episodes, each a
-calculator episode (call, result, copied answer) with probability `p_tool`, else a direct answer (which the model
-cannot learn). Then GRPO with `tools=calculator`, `max_turns=2` through `maxpost.rl.trainer.rl_step`, the same step
-`python -m maxpost.train_rl` runs. Before and after: one episode sampled at temperature 1 per held-out row
-(`evaluate_tool_use`): accuracy with its Wilson 95% interval, tool-call rate, malformed-call rate, turns per episode.
+Task (`maxpost.rl.tool_task`): `a*b` with two D-digit factors (default D = 2; every product 2D digits), exact reward
+on the final turn. Tiny llama (4 layers, width 32), randomly initialized, warm-started by SFT (`warm_start`):
+`--call-steps` steps on calculator episodes (call, result, copied answer), then `--mix-steps` steps at `--mix-lr` on a
+mix, a calculator episode with probability `--p-tool`, else a direct answer (which the model cannot learn). Then GRPO
+with `tools=calculator`, `max_turns=2` through `maxpost.rl.trainer.rl_step`, the step `python -m maxpost.train_rl`
+runs (16 prompts × 8 episodes, 2 iterations, lr 2e-3). Before and after: one episode sampled at temperature 1 per
+held-out row (`evaluate_tool_use`): accuracy with its Wilson 95% interval, tool-call rate, malformed-call rate, turns per episode.
 
-    python benchmarks/tool_rl.py [--digits 2] [--p-tool 0.25] [--call-steps 300] [--mix-steps 100] [--mix-lr 1e-3] [--rl-steps 60] [--n-test 300]
+    python benchmarks/tool_rl.py [--digits 2] [--p-tool 0.25] [--call-steps 300] [--mix-steps 100] [--mix-lr 1e-3] [--rl-steps 40] [--n-test 300]
                                  [--json benchmarks/results/tool_rl.json] [--png benchmarks/results/tool_rl.png]
 
 It exits 0 whether or not RL helped and prints the verdict (after's interval above before's, or not).
@@ -25,7 +26,7 @@ from maxpost.tools import load_tools
 ap = argparse.ArgumentParser()
 ap.add_argument("--digits", type=int, default=2); ap.add_argument("--p-tool", type=float, default=0.25)
 ap.add_argument("--call-steps", type=int, default=300); ap.add_argument("--mix-steps", type=int, default=100)
-ap.add_argument("--mix-lr", type=float, default=1e-3); ap.add_argument("--rl-steps", type=int, default=60)
+ap.add_argument("--mix-lr", type=float, default=1e-3); ap.add_argument("--rl-steps", type=int, default=40)
 ap.add_argument("--n-train", type=int, default=2000); ap.add_argument("--n-test", type=int, default=300)
 ap.add_argument("--lr", type=float, default=2e-3); ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--json", default=""); ap.add_argument("--png", default="")
