@@ -79,6 +79,14 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
         user="{question}\nLet's think step by step. Finish with a last line of the form '#### <number>'.",
         assistant="{reasoning}\n#### {answer}",
         format_reward="gsm8k_plain_format"),
+    "calculator": PromptTemplate(
+        name="calculator",
+        system=("Solve the math problem you are given. Work through it step by step. For every calculation, call the "
+                "calculator tool with the arithmetic expression and use the result it returns. Finish with a last "
+                "line of the form '#### <number>'."),
+        user="{question}",
+        assistant="{reasoning}\n#### {answer}",
+        format_reward="gsm8k_plain_format"),
 }
 
 def get_template(template: str | PromptTemplate) -> PromptTemplate:
