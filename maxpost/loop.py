@@ -351,15 +351,15 @@ class RunLoop:
                 eval_initial = _scalars(eval_fn(self.state, 0)); self.log_scalars(0, eval_initial)
             bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (cfg.enable_tqdm and self.main),
                        desc=self.desc, dynamic_ncols=True)
-            t_start = t_done = time.perf_counter()
+            t_start = time.perf_counter()
             pending = None                                  # (step, metrics on the device) not yet read
 
-            def finish(step, m, t0, mf):
-                "Read step `step`'s metrics (waits for it), record them; the record, not yet written"
-                nonlocal t_done
+            def finish(step, m, t0, mf, end=None):
+                """Read step `step`'s metrics (waits for it), record them; the record, not yet written. Its step_time
+                runs from t0 (the host starts on it) to `end` (the host starts on the next step), or to now."""
                 m = {k: _plain(v) for k, v in jax.device_get(m).items()}
-                t = time.perf_counter(); dt, t_done = t - max(t0, t_done), t   # since the later of its dispatch
-                rec = {"step": step, **m, "step_time": dt}                     # and the previous step's end
+                dt = (time.perf_counter() if end is None else end) - t0
+                rec = {"step": step, **m, "step_time": dt}
                 if isinstance(m.get("tokens"), (int, float)): rec["tokens_per_s"] = m["tokens"] / dt
                 rec["peak_rss_gib"] = peak_rss_gib()
                 self._check_finite(step, rec, mf)
@@ -383,7 +383,7 @@ class RunLoop:
                     final = step == cfg.steps or over
                     evals = eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0))
                     saves = final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0)
-                    if pending is not None: last = write(finish(*pending, mf), mf)   # the previous step, read
+                    if pending is not None: last = write(finish(*pending, mf, end=t0), mf)   # the previous step, read
                     pending = (step, m, t0)                                        # while this one runs
                     if evals or saves:                      # they need this step done: read it now
                         rec = finish(*pending, mf); pending = None
