@@ -87,3 +87,10 @@ def kill_at(cmd, env, ckpt: Path, timeout: float):
     while not ckpt.exists() and p.poll() is None and time.time() - t0 < timeout: time.sleep(0.01)
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL, f"run ended by itself before the kill: {p.stderr.read()[-2000:]}"
+
+def pytest_terminal_summary(terminalreporter):
+    "The notebooks' own wall times (their tests overlap, so --durations shows only each one's wait)."
+    secs = getattr(sys.modules.get("test_notebooks") or sys.modules.get("tests.test_notebooks"), "SECONDS", None)
+    if secs:
+        terminalreporter.section("notebook processes, slowest 25 (wall seconds)")
+        for stem, s in sorted(secs.items(), key=lambda kv: -kv[1])[:25]: terminalreporter.write_line(f"{s:8.1f}s  {stem}")

@@ -3,8 +3,15 @@ each in its own process so that no JAX state leaks from one notebook into the ne
 
 The tutorials (nbs/tutorials/) are not run here: tests/test_docs.py builds the site with every tutorial executed
 (`tools/build_docs.py --execute 'tutorials/*'`), which fails naming the notebook and the cell, so running them here
-too would pay for each tutorial twice."""
-import subprocess, sys
+too would pay for each tutorial twice.
+
+The notebooks' processes are pipelined: while the test of one notebook waits for its process, the processes of the
+next `MAXPOST_NB_JOBS - 1` selected notebooks (default 1) already run. Each notebook still gets its own process and
+its own pass/fail; only the waiting overlaps. Much of a notebook's time is spent in one thread (XLA's compiles,
+Python between small programs), so two at a time use a 2-core machine's second core. `MAXPOST_NB_JOBS=1` runs them
+one after another, as before. No notebook's test asserts a wall time, apart from 07c's one-second bound on a regex
+that must not backtrack (its normal time is milliseconds)."""
+import atexit, os, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
 
@@ -15,8 +22,35 @@ NBS = sorted(p for p in (Path(__file__).resolve().parents[1] / "nbs").rglob("*.i
 RUN = ("import sys; from nbdev.test import test_nb; "
        "ok, _ = test_nb(sys.argv[1], skip_flags=['slow', 'gpu'], force_flags=['slow'], cell_timeout=1800); "
        "sys.exit(0 if ok else 1)")
+JOBS = max(1, int(os.environ.get("MAXPOST_NB_JOBS", "2")))
+TIMEOUT = 3600
+_procs: dict = {}          # notebook path → (Popen, stderr file, start time)
+SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
+
+def _start(nb: Path):
+    if nb not in _procs:
+        err = tempfile.TemporaryFile()
+        _procs[nb] = (subprocess.Popen([sys.executable, "-c", RUN, str(nb)], stdout=subprocess.DEVNULL, stderr=err),
+                      err, time.perf_counter())
+
+@atexit.register
+def _stop_prefetched():
+    "An interrupted session leaves no notebook process behind."
+    for p, *_ in _procs.values(): p.kill()
+
+def _selected(session) -> list:
+    "The notebooks of this session's selected test_notebook items, in the order pytest runs them."
+    return [it.callspec.params["nb"] for it in session.items
+            if getattr(it, "originalname", "") == "test_notebook" and hasattr(it, "callspec")]
 
 @pytest.mark.parametrize("nb", NBS, ids=[p.stem for p in NBS])
-def test_notebook(nb):
-    r = subprocess.run([sys.executable, "-c", RUN, str(nb)], capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, f"{nb.name} failed:\n{r.stderr[-6000:]}"
+def test_notebook(nb, request):
+    order = _selected(request.session)
+    i = order.index(nb) if nb in order else 0
+    for nxt in [nb, *order[i + 1:i + JOBS]]: _start(nxt)
+    p, err, t0 = _procs.pop(nb)
+    try: rc = p.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired: p.kill(); p.wait(); rc = f"killed after {TIMEOUT} s"
+    SECONDS[nb.stem] = time.perf_counter() - t0
+    err.seek(0); tail = err.read()[-6000:].decode(errors="replace"); err.close()
+    assert rc == 0, f"{nb.name} failed ({rc}):\n{tail}"
