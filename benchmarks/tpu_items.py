@@ -139,7 +139,8 @@ def sft_pair(b, mode: str, B: int, T: int, remat: str = "none", tunix: bool = Tr
             del step; gc.collect(); jax.clear_caches()
             return {"framework": "tunix", **shape, "remat": "none (Tunix's default)"} | tokens_rec(rec, B * T, b)
         out.append(b.attempt(f"sft {mode} B={B} T={T} tunix", 200, run))
-        out.append(compare(f"sft {mode} B={B} T={T}", *out[-2:]))
+        c = compare(f"sft {mode} B={B} T={T}", *out[-2:])
+        if c: out.append(b.record(c))
     return out
 
 
@@ -148,7 +149,9 @@ def compare(what: str, m: dict | None, t: dict | None) -> dict | None:
     if not (m and t and "tokens_per_s" in m and "tokens_per_s" in t): return None
     return {"what": what, "event": "compare", "maxpost_over_tunix": round(m["tokens_per_s"] / t["tokens_per_s"], 3),
             "loss_step1_maxpost": m["loss_step1"], "loss_step1_tunix": t["loss_step1"],
-            "loss_step1_rel_diff": abs(m["loss_step1"] - t["loss_step1"]) / max(abs(t["loss_step1"]), 1e-12)}
+            "loss_step1_rel_diff": abs(m["loss_step1"] - t["loss_step1"]) / max(abs(t["loss_step1"]), 1e-12),
+            **({"logps_chosen_step1_maxpost": m["logps_chosen_step1"], "logps_chosen_step1_tunix": t["logps_chosen_step1"]}
+               if "logps_chosen_step1" in m and "logps_chosen_step1" in t else {})}
 
 
 def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
@@ -172,8 +175,9 @@ def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
             x = {k: jax.device_put(hb[k], tr.batch2_sh) for k in hb}
             ref = np.asarray(tr._plain(tr.frozen, x)[0], np.float32)
             box["s"], m = tr.step(box["s"], dict(hb, ref_logps=ref))
+            box.setdefault("logps_chosen_step1", float(m["logps/chosen"]))
             return float(m["loss"])
-        rec = timed_steps(step, 1, b.steps) | {"hbm": hbm()}
+        rec = timed_steps(step, 1, b.steps) | {"hbm": hbm(), "logps_chosen_step1": box["logps_chosen_step1"]}
         del tr, box; gc.collect()
         return {"framework": "maxpost", **shape} | tokens_rec(rec, tokens, b)
     out = [b.attempt(f"dpo lora {pairs} pairs maxpost", 40, ours)]
@@ -181,11 +185,15 @@ def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
         def theirs():
             import jax
             step = dt.setup_tunix(b.hf_dir(), P, "bfloat16", lora, tunix_name(b.model))
-            rec = timed_steps(lambda: step()["loss"], 2, b.steps) | {"hbm": hbm()}
+            first = []
+            def one():
+                r = step(); first.append(r["logps_chosen"]); return r["loss"]
+            rec = timed_steps(one, 2, b.steps) | {"hbm": hbm(), "logps_chosen_step1": first[0]}
             del step; gc.collect(); jax.clear_caches()
             return {"framework": "tunix", **shape} | tokens_rec(rec, tokens, b)
         out.append(b.attempt(f"dpo lora {pairs} pairs tunix", 200, theirs))
-        out.append(compare(f"dpo lora {pairs} pairs", *out[-2:]))
+        c = compare(f"dpo lora {pairs} pairs", *out[-2:])
+        if c: out.append(b.record(c))
     return out
 
 

@@ -31,7 +31,9 @@ def rows(recs: list[dict]) -> list[str]:
         elif r.get("event") == "compare":
             out.append(f"| {w}: maxpost / Tunix | same weights, batch, LoRA A, optimizer | speed ×{r['maxpost_over_tunix']}; "
                        f"step-1 loss {r['loss_step1_maxpost']:.5f} vs {r['loss_step1_tunix']:.5f} "
-                       f"(rel. diff {r['loss_step1_rel_diff']:.1e}) |")
+                       f"(rel. diff {r['loss_step1_rel_diff']:.1e})" + (
+                           f"; step-1 Σ log π(chosen) {r['logps_chosen_step1_maxpost']:.3f} vs "
+                           f"{r['logps_chosen_step1_tunix']:.3f}" if "logps_chosen_step1_tunix" in r else "") + " |")
         elif "framework" in r:
             res, shape = _train_row(r)
             out.append(f"| {w} | {r['model']}, {r['mode']}, {shape}, remat {r.get('remat', 'none')} | {res} |")
