@@ -49,9 +49,10 @@ def random_base(mcfg, seed: int = 0) -> dict:
     import jax, jax.numpy as jnp, ml_dtypes
     from maxpost.model import random_params
     from maxpost.trainer import device_params
+    from maxpost.sft import SFTConfig
     if jax.default_backend() == "cpu":
         return {k: v.astype(ml_dtypes.bfloat16) for k, v in random_params(mcfg, seed).items()}
-    mesh = jax.make_mesh((1, 1, 1, 1), ("data", "fsdp", "tensor", "expert"), devices=jax.devices()[:1])
+    mesh = SFTConfig().mesh()                     # maxpost's own mesh over the device(s)
     p = device_params(mcfg, seed, mesh, jnp.bfloat16)
     out = {k: np.asarray(jax.device_get(v)) for k, v in p.items()}
     del p
