@@ -48,7 +48,10 @@ class Bench:
         rec = {"run": self.run, "device_kind": self.kind, **rec, "t_s": round(time.perf_counter() - t_start, 1)}
         self.records.append(rec)
         with open(self.jsonl, "a") as f: f.write(json.dumps(rec, default=str) + "\n")
-        self.say("@@tpu " + json.dumps(rec, default=str))
+        from tpu_results import rows             # the log's line: the record's markdown row, else its fields
+        row = rows([rec])
+        self.say(row[0] if row else f"{rec['what']}: " + ", ".join(
+            f"{k}={v}" for k, v in rec.items() if k not in ("run", "device_kind", "what", "argv")))
         return rec
 
     def left(self) -> float: return self.a.budget - (time.perf_counter() - t_start)

@@ -233,7 +233,8 @@ def sampler(b, rows: int, prompt: int, new: int) -> dict:
            "tokens": s["tokens"], "seconds": round(s["seconds"], 3), "tokens_per_s": round(s["tokens_per_s"], 1),
            "decode_steps": int(sum(s["steps"])), "step_bytes_gb": round(step_bytes / 1e9, 3),
            "hbm_bw_gbps": round(bw / 1e9, 1), "hbm_bw_source": src, "hbm_bound_tokens_per_s": round(bound, 1),
-           "fraction_of_bound": round(s["tokens_per_s"] / bound, 4), "hbm": hbm()}
+           "fraction_of_bound": round(s["tokens_per_s"] / bound, 4),
+           "bound_at_measured_bw_tokens_per_s": round(rows / (step_bytes / b._bw), 1), "hbm": hbm()}
     del eng; gc.collect(); jax.clear_caches()
     return rec
 

@@ -40,7 +40,8 @@ def rows(recs: list[dict]) -> list[str]:
         elif "rows" in r and "hbm_bound_tokens_per_s" in r:
             out.append(f"| {w} | {r['model']}, {r['rows']} rows × ({r['prompt']} + {r['new_tokens']}) | "
                        f"{r['tokens_per_s']:,.0f} tokens/s = {r['fraction_of_bound']:.2f} of the HBM bound "
-                       f"{r['hbm_bound_tokens_per_s']:,.0f} ({r['hbm_bw_gbps']} GB/s, {r['hbm_bw_source']}) |")
+                       f"{r['hbm_bound_tokens_per_s']:,.0f} ({r['hbm_bw_gbps']} GB/s, {r['hbm_bw_source']}); bound at the "
+                       f"measured bandwidth {_f(r.get('bound_at_measured_bw_tokens_per_s'), 0)} |")
         elif "step" in r and "first_step" in r:
             s = r["step"]
             out.append(f"| {w} | {r['model']}, LoRA, {r['prompts']} prompts × {r['G']}, {r['prompt']} + "
