@@ -26,6 +26,7 @@ t_start = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 RESULTS = HERE / "RESULTS_tpu.md"
+ITEMS = ["sft_lora", "sampler", "grpo", "dpo", "sft_full", "sft_lora_t2", "llama", "profile"]   # profile: opt-in
 
 
 def short(e: BaseException, n: int = 400) -> str:
@@ -128,12 +129,11 @@ def run(a):
     start(b)
     b.say(f"device {b.kind}; budget {a.budget:.0f} s")
     b.load(a.model)
-    want = set(a.items.split(",")) if a.items else None
-    go = lambda name: want is None or name in want
-    rows_list = [int(x) for x in a.sampler.split(":")[0].split(",")]
-    s_prompt, s_new = (int(x) for x in a.sampler.split(":")[1:])
-    P, G, Lp, Lc = (int(x) for x in a.grpo.split(":"))
-    pairs, dp, dr = (int(x) for x in a.dpo.split(":"))
+    want = set(a.items.split(",")) if a.items else set(ITEMS[:-1]) | ({"profile"} if a.profile else set())
+    go = lambda name: name in want
+    rows_list, (s_prompt, s_new) = a.sampler[0], a.sampler[1:]
+    P, G, Lp, Lc = a.grpo
+    pairs, dp, dr = a.dpo
     if go("sft_lora"): ti.sft_pair(b, "lora", a.B, a.T)
     if go("sampler"):
         for r in rows_list: b.attempt(f"sampler {r} rows", 60, lambda: ti.sampler(b, r, s_prompt, s_new))
@@ -141,7 +141,7 @@ def run(a):
     if go("dpo"): ti.dpo_pair(b, pairs, dp, dr)
     if go("sft_full"): ti.sft_pair(b, "full", a.B, a.T)
     if go("sft_lora_t2"): ti.sft_pair(b, "lora", a.B, a.T2, tunix=a.tunix_t2)
-    if a.profile:
+    if go("profile"):
         import tpu_speed
         b.attempt("profile sft lora", 60, lambda: tpu_speed.profile(
             b.mcfg, b.base, b.model, "lora", a.B, a.T, "none", 3, f"lora:{a.B}:{a.T}:none",
@@ -168,18 +168,34 @@ def main(argv=None):
     ap.add_argument("--grpo", default="8:8:256:256", help="prompts:generations:prompt tokens:completion tokens")
     ap.add_argument("--dpo", default="2:512:512", help="pairs:prompt tokens:response tokens")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; no part starts that would not fit")
-    ap.add_argument("--items", default="", help="comma list to run only some: sft_lora, sampler, grpo, dpo, "
-                                                "sft_full, sft_lora_t2, llama")
+    ap.add_argument("--items", default="", help="comma list to run only these, in the fixed order: " + ", ".join(ITEMS))
     ap.add_argument("--no-tunix", action="store_true")
     ap.add_argument("--tunix-t2", action="store_true", help="compare Tunix at T2 too")
-    ap.add_argument("--profile", action="store_true", help="tpu_speed.profile of the SFT LoRA step (after item 6)")
+    ap.add_argument("--profile", action="store_true", help="add item `profile`: tpu_speed.profile of the SFT LoRA step (after item 6)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu_bench"))
     ap.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"), help="where Tunix's HF folder is written")
     ap.add_argument("--write-results", nargs="?", const=str(RESULTS), default=None, metavar="MD",
                     help="append the rows to this markdown file (default benchmarks/RESULTS_tpu.md)")
     ap.add_argument("--from-jsonl", help="measure nothing: the rows of this tpu.jsonl (for --write-results)")
     a = ap.parse_args(argv)
+    bad = sorted(set(a.items.split(",")) - set(ITEMS)) if a.items else []
+    if bad: ap.error(f"--items: unknown item {bad[0]!r}; known: {', '.join(ITEMS)}")
+    for key, n in (("sampler", 3), ("grpo", 4), ("dpo", 3)):       # "a:b:…" of positive integers
+        parts = getattr(a, key).split(":")
+        try:
+            vals = [[int(x) for x in parts[0].split(",")] if key == "sampler" else int(parts[0])] + [int(x) for x in parts[1:]]
+            ok = len(parts) == n and all(v > 0 for v in (vals[0] if key == "sampler" else [vals[0]]) + vals[1:])
+        except ValueError: ok = False
+        if not ok: ap.error(f"--{key}: {getattr(a, key)!r} is not {ap.get_default(key)!r}'s form (positive integers)")
+        setattr(a, key, vals)
     from tpu_results import section, write_results
+    if a.from_jsonl and not Path(a.from_jsonl).is_file(): ap.error(f"--from-jsonl: no file {a.from_jsonl}")
+    if not a.from_jsonl:
+        from tpu_items import model_config
+        for key in ("model", "llama"):
+            try:
+                if getattr(a, key): model_config(getattr(a, key))
+            except ValueError as e: ap.error(f"--{key}: {e}")
     if a.from_jsonl:
         recs = [json.loads(l) for l in Path(a.from_jsonl).read_text().splitlines() if l.strip()]
     else:

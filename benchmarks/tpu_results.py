@@ -42,6 +42,10 @@ def rows(recs: list[dict]) -> list[str]:
                        f"{r['tokens_per_s']:,.0f} tokens/s = {r['fraction_of_bound']:.2f} of the HBM bound "
                        f"{r['hbm_bound_tokens_per_s']:,.0f} ({r['hbm_bw_gbps']} GB/s, {r['hbm_bw_source']}); bound at the "
                        f"measured bandwidth {_f(r.get('bound_at_measured_bw_tokens_per_s'), 0)} |")
+        elif "by_class_share" in r:
+            top = ", ".join(f"{k} {v:.2f}" for k, v in list(r["by_class_share"].items())[:5])
+            out.append(f"| {w} | {r['tag']}, {r['attention']} attention | device busy {r['device_busy_s']:.4f} s of a "
+                       f"{r['profile_wall_step_s']:.4f} s step (host or idle {r['host_or_idle_share']}); shares: {top} |")
         elif "step" in r and "first_step" in r:
             s = r["step"]
             out.append(f"| {w} | {r['model']}, LoRA, {r['prompts']} prompts × {r['G']}, {r['prompt']} + "

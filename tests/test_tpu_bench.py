@@ -87,3 +87,16 @@ def test_write_results_one_block_per_device_and_date(tmp_path):
     for other in ("| 40,000 tokens/s", "| 20,000 tokens/s"):                  # the other blocks are kept
         assert again.count(other) == 1
     assert again.startswith((ROOT / "benchmarks" / "RESULTS_tpu.md").read_text())
+
+
+def test_bad_input_one_line_error_before_any_work(tmp_path):
+    "An unknown item, a malformed shape or an unknown model stops with one line naming the option, and writes nothing."
+    for args, want in ((["--items", "sft_lora,nope"], "--items: unknown item 'nope'"),
+                       (["--grpo", "8:8:256"], "--grpo: '8:8:256' is not"),
+                       (["--model", "gemma3-2b"], "--model: unknown model_name 'gemma3-2b'")):
+        r = subprocess.run([sys.executable, "benchmarks/tpu.py", *args, "--out", str(tmp_path / "o")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        errs = [l for l in r.stderr.splitlines() if "error" in l.lower()]
+        assert r.returncode == 2 and len(errs) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert errs[0].startswith("tpu.py: error: ") and want in errs[0], r.stderr
+        assert not (tmp_path / "o").exists()
