@@ -129,7 +129,7 @@ def sft_pair(b, mode: str, B: int, T: int, remat: str = "none", tunix: bool = Tr
     "maxpost's SFT step and (Gemma 3 only, unless --no-tunix) Tunix's PeftTrainer's, same weights, batch and A."
     lora = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
     shape = {"model": b.model, "mode": mode, "B": B, "T": T, "remat": remat}
-    out = [b.attempt(f"sft {mode} B={B} T={T} maxpost", 40, lambda: {"framework": "maxpost", **shape} |
+    out = [b.attempt(f"sft {mode} {b.model} B={B} T={T} maxpost", 40, lambda: {"framework": "maxpost", **shape} |
                      tokens_rec(sft_maxpost(b, mode, B, T, remat, lora), B * T, b))]
     if tunix and b.tunix and tunix_name(b.model):
         def run():
@@ -139,8 +139,8 @@ def sft_pair(b, mode: str, B: int, T: int, remat: str = "none", tunix: bool = Tr
             rec = timed_steps(step, 2, b.steps) | {"hbm": hbm()}
             del step; gc.collect(); jax.clear_caches()
             return {"framework": "tunix", **shape, "remat": "none (Tunix's default)"} | tokens_rec(rec, B * T, b)
-        out.append(b.attempt(f"sft {mode} B={B} T={T} tunix", 200, run))
-        c = compare(f"sft {mode} B={B} T={T}", *out[-2:])
+        out.append(b.attempt(f"sft {mode} {b.model} B={B} T={T} tunix", 200, run))
+        c = compare(f"sft {mode} {b.model} B={B} T={T}", *out[-2:])
         if c: out.append(b.record(c))
     return out
 

@@ -23,7 +23,7 @@ def test_dry_run_records_and_rows(tmp_path):
     start = by["device"]
     assert start["event"] == "start" and start["device_kind"] == "cpu" and start["jax"] and start["bf16_matmul_tflops"] > 0
     assert all(x["run"] == start["run"] for x in recs) and start["run"].startswith("cpu 20")
-    sft = by["sft lora B=2 T=16 maxpost"]
+    sft = by["sft lora tiny-gemma3 B=2 T=16 maxpost"]
     assert "error" not in sft, sft
     assert (sft["framework"], sft["mode"], sft["B"], sft["T"], sft["compiles"]) == ("maxpost", "lora", 2, 16, 1)
     assert len(sft["losses"]) == 3 and len(sft["first_steps_s"]) == 1 and sft["tokens_per_s"] > 0
@@ -35,7 +35,7 @@ def test_dry_run_records_and_rows(tmp_path):
     assert recs[-1]["event"] == "end" and not any(x.get("event") == "skipped" for x in recs)
     md = (out / "tpu_results.md").read_text()
     assert md.startswith("<!-- tpu.py: " + start["run"] + " -->") and md.count("\n| ") == 3     # header + 2 rows
-    assert "| sft lora B=2 T=16 maxpost | tiny-gemma3, lora, B = 2 × 16" in md and "of the HBM bound" in md
+    assert "| sft lora tiny-gemma3 B=2 T=16 maxpost | tiny-gemma3, lora, B = 2 × 16" in md and "of the HBM bound" in md
 
 
 def test_budget_skips_a_part_before_it_starts(tmp_path):
