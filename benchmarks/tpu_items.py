@@ -10,7 +10,7 @@ Timing: every step blocks on its loss; the first steps (compiles; Tunix recompil
 the step time is the median of the steps after them.
 """
 from __future__ import annotations
-import dataclasses, gc, json, os, statistics, sys, tempfile, time
+import dataclasses, gc, json, statistics, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
