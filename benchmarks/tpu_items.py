@@ -148,7 +148,8 @@ def sft_pair(b, mode: str, B: int, T: int, remat: str = "none", tunix: bool = Tr
 def compare(what: str, m: dict | None, t: dict | None) -> dict | None:
     "maxpost over Tunix: the speed ratio and the step-1 losses (same weights, data and LoRA A)."
     if not (m and t and "tokens_per_s" in m and "tokens_per_s" in t): return None
-    return {"what": what, "event": "compare", "maxpost_over_tunix": round(m["tokens_per_s"] / t["tokens_per_s"], 3),
+    same = "same weights, batch, " + ("LoRA A, " if m.get("mode") == "lora" else "") + "optimizer"
+    return {"what": what, "event": "compare", "same": same, "maxpost_over_tunix": round(m["tokens_per_s"] / t["tokens_per_s"], 3),
             "loss_step1_maxpost": m["loss_step1"], "loss_step1_tunix": t["loss_step1"],
             "loss_step1_rel_diff": abs(m["loss_step1"] - t["loss_step1"]) / max(abs(t["loss_step1"]), 1e-12),
             **({"logps_chosen_step1_maxpost": m["logps_chosen_step1"], "logps_chosen_step1_tunix": t["logps_chosen_step1"]}

@@ -29,7 +29,7 @@ def rows(recs: list[dict]) -> list[str]:
         if r.get("event") == "skipped": out.append(f"| {w} | – | skipped: {r.get('why')} ({r.get('left_s')} s left) |")
         elif "error" in r: out.append(f"| {w} | – | error: {r['error'][:300].replace('|', '/')} |")
         elif r.get("event") == "compare":
-            out.append(f"| {w}: maxpost / Tunix | same weights, batch, LoRA A, optimizer | speed ×{r['maxpost_over_tunix']}; "
+            out.append(f"| {w}: maxpost / Tunix | {r.get('same', 'same weights, batch, optimizer')} | speed ×{r['maxpost_over_tunix']}; "
                        f"step-1 loss {r['loss_step1_maxpost']:.5f} vs {r['loss_step1_tunix']:.5f} "
                        f"(rel. diff {r['loss_step1_rel_diff']:.1e})" + (
                            f"; step-1 Σ log π(chosen) {r['logps_chosen_step1_maxpost']:.3f} vs "
