@@ -87,8 +87,9 @@ def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str):
                 "ref_chosen": float(ref[:B].mean()), "ref_rejected": float(ref[B:].mean()), "ref_s": t_ref}
     return step, tr.mcfg.num_params()
 
-def setup_tunix(hf_dir, pairs: dict, dtype: str, lora_in: str):
-    "A function running one Tunix DPOTrainer step (its own train loop on one batch, reference forward included)."
+def setup_tunix(hf_dir, pairs: dict, dtype: str, lora_in: str, model: str = "gemma3-270m"):
+    """A function running one Tunix DPOTrainer step (its own train loop on one batch, reference forward included);
+    `model` names Tunix's config (`sft_throughput.tunix_model_config`) for the weights in `hf_dir`."""
     import jax, jax.numpy as jnp, qwix
     from flax import nnx
     from tunix.models.gemma3 import model as gm, params_safetensors as gp
@@ -97,7 +98,7 @@ def setup_tunix(hf_dir, pairs: dict, dtype: str, lora_in: str):
     B, P = pairs["prompt"].shape; R = pairs["chosen"].shape[1]
     cfg0 = dpo_config(hf_dir, B, P + R, dtype)
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    mcfg = gm.ModelConfig.gemma3_270m(); mcfg.param_dtype = jnp.dtype(dtype)
+    mcfg = st.tunix_model_config(model); mcfg.param_dtype = jnp.dtype(dtype)
     ones = lambda a: jnp.ones(a.shape, jnp.int32)
     ex = dt.TrainingInput(prompt_ids=jnp.asarray(pairs["prompt"]), prompt_mask=ones(pairs["prompt"]),
                           chosen_ids=jnp.asarray(pairs["chosen"]), chosen_mask=ones(pairs["chosen"]),

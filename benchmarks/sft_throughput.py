@@ -128,8 +128,21 @@ def tunix_optimizer(cfg):
                              weight_decay=cfg.adam_weight_decay, mask=decay))
     return optax.chain(*chain)
 
-def setup_tunix(hf_dir, tokens, mode: str, dtype: str, lora_in: str | None):
-    "A function that runs one Tunix PeftTrainer step (its own train loop, one batch) and returns its loss."
+def tunix_model_config(model: str = "gemma3-270m"):
+    """Tunix's Gemma 3 ModelConfig for maxpost preset `model` (and `tiny-gemma3-all-sliding`, the tiny model with
+    Tunix's fixed 5 sliding : 1 global pattern, which on 4 layers leaves every layer sliding)."""
+    from tunix.models.gemma3 import model as gm
+    if model == "gemma3-270m": return gm.ModelConfig.gemma3_270m()
+    if model == "gemma3-1b": return gm.ModelConfig.gemma3_1b_pt()
+    if model == "gemma3-4b": return gm.ModelConfig.gemma3_4b_pt()
+    if model == "tiny-gemma3-all-sliding":
+        return gm.ModelConfig(num_layers=4, num_embed=128, embed_dim=32, hidden_dim=64, num_heads=4, head_dim=16,
+                              num_kv_heads=2, sliding_window_size=4, global_base_frequency=1_000_000)
+    raise ValueError(f"no Tunix Gemma 3 config for model {model!r}")
+
+def setup_tunix(hf_dir, tokens, mode: str, dtype: str, lora_in: str | None, model: str = "gemma3-270m"):
+    """A function that runs one Tunix PeftTrainer step (its own train loop, one batch) and returns its loss;
+    `model` names Tunix's config (`tunix_model_config`) for the weights in `hf_dir`."""
     import jax, jax.numpy as jnp, qwix
     from flax import nnx
     from tunix.models.gemma3 import model as gm, params_safetensors as gp
@@ -137,7 +150,7 @@ def setup_tunix(hf_dir, tokens, mode: str, dtype: str, lora_in: str | None):
     B, T = tokens.shape
     scfg = sft_config(hf_dir, mode, B, T, dtype)
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    cfg = gm.ModelConfig.gemma3_270m()
+    cfg = tunix_model_config(model)
     cfg.param_dtype = jnp.dtype(dtype)
     def gen_input(x):
         return dict(input_tokens=x.input_tokens, input_mask=x.input_mask,
