@@ -1,4 +1,4 @@
-"""Lines of each `#| export` / `#| exports` cell of the notebooks in nbs/ (the project keeps them at ~60 or fewer).
+"""Lines of each `#| export` (`exports`, `exporti`) cell of the notebooks in nbs/ (the project keeps them at ~60 or fewer).
 
     python tools/cell_sizes.py [--limit 60] [nbs/X.ipynb …]
 
@@ -10,7 +10,7 @@ import argparse, json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_EXPORT = re.compile(r'^\s*#\|\s*(export|exports)\s*$')
+_EXPORT = re.compile(r'^\s*#\|\s*export[si]?(\s|$)')       # export, exports, exporti, with or without a module
 _DEF = re.compile(r'^(?:async\s+def|def|class)\s+(\w+)|^(\w+)\s*(?::[^=]*)?=')
 
 def export_cells(nb_path) -> list[tuple[int, int, str]]:
