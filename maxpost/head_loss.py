@@ -86,7 +86,7 @@ def _scaled(u, cap, temperature: float):
     if temperature != 1.0: z, k = z / temperature, (1.0 if k is None else k) / temperature
     return z, k
 
-# %% ../nbs/05c_head_loss.ipynb #5775d77e
+# %% ../nbs/05c_head_loss.ipynb #666a98f6
 def _mm(s: str, a, b):
     "einsum `s` of a and b, a cast to b's dtype, accumulated in float32."
     return jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
@@ -136,7 +136,7 @@ def _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature: float, block: int):
         return acc + _mm("cv,vd->cd", g, _rows(wb, lo, size)), dw
     return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
 
-# %% ../nbs/05c_head_loss.ipynb #666a98f6
+# %% ../nbs/05c_head_loss.ipynb #5775d77e
 def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK,
            temperature: float = 1.0, entropy: bool = False):
     """(NLL [N], ∂/∂h [N, d], ∂/∂w [V, d], entropy [N]) of softmax(z/τ), the gradients those of Σ weights·NLL (None

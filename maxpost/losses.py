@@ -182,7 +182,7 @@ def _gspo_loss(log_ratio, w, adv, lo: float, hi: float, is_weights):
     loss = jnp.where(n > 0, per_seq, 0.0).mean()
     return loss, s, adv, (n > 0).astype(jnp.float32)
 
-# %% ../nbs/09_losses.ipynb #71429779
+# %% ../nbs/09_losses.ipynb #23e13da0
 def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled tokens (float32 log-softmax)
                 old_per_token_logps,          # [B, T] log π_old of the same tokens; None: sg[per_token_logps]
                 advantages,                   # [B] per sequence ([B, T] per token allowed for grpo / gspo-token)

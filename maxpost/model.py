@@ -14,7 +14,6 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from fastcore.basics import patch
 from jax.ad_checkpoint import checkpoint_name
 
 from .matmul import project
@@ -306,6 +305,34 @@ REMAT_POLICIES = {                   # what the backward keeps of each layer (Ma
     "save_qkv_proj": _CP.save_only_these_names("query_proj", "key_proj", "value_proj"),
     "save_out_proj": _CP.save_only_these_names("out_proj")}
 
+# %% ../nbs/01_model.ipynb #2e9cd126
+def _attention_tables(cfg: ModelConfig, T: int, positions, segment_ids, cache: dict | None, dt):
+    """(full mask, sliding-window mask, (cos, sin) of full layers, (cos, sin) of sliding layers, the key slots'
+    segment ids) of a forward pass over T new tokens, written after `cache`'s `end` (None: no cache)."""
+    q_slots = jnp.arange(T) if cache is None else cache["end"] + jnp.arange(T)
+    if cache is None: kv_slots, kv_seg = q_slots, segment_ids
+    else:
+        kv_slots = jnp.arange(cache["segment_ids"].shape[1])
+        kv_seg = jax.lax.dynamic_update_slice(cache["segment_ids"], segment_ids.astype(cache["segment_ids"].dtype),
+                                              (0, cache["end"]))
+    full = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, None)
+    slide = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, cfg.sliding_window) if cfg.sliding_window else full
+    inv = layer_inv_freqs(cfg)
+    cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
+    cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
+    return full, slide, (cos_g, sin_g), (cos_l, sin_l), kv_seg
+
+# %% ../nbs/01_model.ipynb #8c5c043f
+def _layer_params(model: Decoder, lora: dict | None) -> dict:
+    "The stacked layer weights the scan runs over: projections in matmul_dtype, the rest in dtype, and LoRA terms."
+    dt = model.dtype
+    mm = model.matmul_dtype or dt
+    layer_params = {k: getattr(model, k)[...].astype(mm if k in PROJ_KEYS else dt)
+                    for k in LAYER_KEYS if hasattr(model, k)}
+    for k, (a, b) in (lora or {}).items():
+        layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
+    return layer_params
+
 # %% ../nbs/01_model.ipynb #d8bee8c9
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
@@ -338,49 +365,33 @@ class Decoder(nnx.Module):
         "The final norm of the residual stream x [..., d]."
         return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps, self.cfg.norm_plus_one)
 
-# %% ../nbs/01_model.ipynb #7c5ccf38
-@patch
-def __call__(self: Decoder, tokens, positions, segment_ids, cache: dict | None = None, return_hidden: bool = False,
-             lora: dict | None = None):
-    """tokens, positions, segment_ids: int [B, T]. Returns (logits [B, T, V] or hidden [B, T, d], new cache).
-    lora: optional name → (A [L, *in, r], B [L, r, *out]) low-rank terms added to that layer projection."""
-    cfg, dt = self.cfg, self.dtype
-    B, T = tokens.shape
-    x = self.embed_tokens(tokens)
-    q_slots = jnp.arange(T) if cache is None else cache["end"] + jnp.arange(T)
-    if cache is None: kv_slots, kv_seg = q_slots, segment_ids
-    else:
-        kv_slots = jnp.arange(cache["segment_ids"].shape[1])
-        kv_seg = jax.lax.dynamic_update_slice(cache["segment_ids"], segment_ids.astype(cache["segment_ids"].dtype),
-                                              (0, cache["end"]))
-    full = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, None)
-    slide = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, cfg.sliding_window) if cfg.sliding_window else full
-    inv = layer_inv_freqs(cfg)
-    cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
-    cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
-    mm = self.matmul_dtype or dt
-    layer_params = {k: getattr(self, k)[...].astype(mm if k in PROJ_KEYS else dt)
-                    for k in LAYER_KEYS if hasattr(self, k)}
-    for k, (a, b) in (lora or {}).items():
-        layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
-    sliding = jnp.asarray(cfg.is_sliding)
+    def __call__(self, tokens, positions, segment_ids, cache: dict | None = None, return_hidden: bool = False,
+                 lora: dict | None = None):
+        """tokens, positions, segment_ids: int [B, T]. Returns (logits [B, T, V] or hidden [B, T, d], new cache).
+        lora: optional name → (A [L, *in, r], B [L, r, *out]) low-rank terms added to that layer projection."""
+        cfg, dt = self.cfg, self.dtype
+        B, T = tokens.shape
+        x = self.embed_tokens(tokens)
+        full, slide, (cos_g, sin_g), (cos_l, sin_l), kv_seg = _attention_tables(cfg, T, positions, segment_ids, cache, dt)
+        layer_params = _layer_params(self, lora)
+        sliding = jnp.asarray(cfg.is_sliding)
 
-    def body(x, xs):
-        p, is_sl, kv = xs
-        mask = jnp.where(is_sl, slide, full)
-        cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
-        end, seg = (None, segment_ids) if cache is None else (cache["end"], None)
-        return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, end, segment_ids=seg, sliding=is_sl))
+        def body(x, xs):
+            p, is_sl, kv = xs
+            mask = jnp.where(is_sl, slide, full)
+            cos, sin = jnp.where(is_sl, cos_l, cos_g), jnp.where(is_sl, sin_l, sin_g)
+            end, seg = (None, segment_ids) if cache is None else (cache["end"], None)
+            return decoder_layer(cfg, p, x, cos, sin, masked_attention(cfg, mask, kv, end, segment_ids=seg, sliding=is_sl))
 
-    if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
-        body = jax.checkpoint(body, policy=policy)
-    kv_in = None if cache is None else (cache["k"], cache["v"])
-    x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
-    x = self.final(x)
-    new_cache = None
-    if cache is not None:
-        new_cache = dict(k=kv_out[0], v=kv_out[1], segment_ids=kv_seg, end=cache["end"] + T)
-    return (x if return_hidden else self.logits(x)), new_cache
+        if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
+            body = jax.checkpoint(body, policy=policy)
+        kv_in = None if cache is None else (cache["k"], cache["v"])
+        x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
+        x = self.final(x)
+        new_cache = None
+        if cache is not None:
+            new_cache = dict(k=kv_out[0], v=kv_out[1], segment_ids=kv_seg, end=cache["end"] + T)
+        return (x if return_hidden else self.logits(x)), new_cache
 
 # %% ../nbs/01_model.ipynb #a29abe5e
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.float32) -> dict:

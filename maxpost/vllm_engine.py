@@ -122,7 +122,7 @@ def _engine_model(model, tokenizer, model_name):
         raise ValueError(f"VLLMEngine needs an HF model folder, a maxpost checkpoint folder or a Decoder, got {model!r}")
     return cfg, initial, hf_dir, tokenizer
 
-# %% ../nbs/06b_vllm_engine.ipynb #f36bc686
+# %% ../nbs/06b_vllm_engine.ipynb #423c38ee
 class VLLMEngine:
     "The `Engine` interface over a vLLM `LLM`: token-id prompts, raw log-probs, seeded samples, in-memory weight sync."
     def __init__(self, model, tokenizer=None, *,
