@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+from fastcore.basics import patch
 
 from .data_sources import load_sft_dataset
 
@@ -401,19 +402,22 @@ class SFTDataIterator:
         self.last_num_target_tokens = int(batch["loss_mask"].sum())
         return (batch, self.last_num_target_tokens) if self.return_counts else batch
 
-    def state_dict(self) -> dict:
-        "Where the iterator stands: JSON-serialisable."
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "fingerprint": self.fingerprint}
+# %% ../nbs/04_data.ipynb #483883d3
+@patch
+def state_dict(self: SFTDataIterator) -> dict:
+    "Where the iterator stands: JSON-serialisable."
+    return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "fingerprint": self.fingerprint}
 
-    def load_state_dict(self, state: dict):
-        "Continue from `state` (from `state_dict`) on the same examples and seed."
-        if state.get("seed", self.seed) != self.seed:
-            raise ValueError(f"state has seed {state['seed']}, this iterator {self.seed}")
-        if state.get("fingerprint", self.fingerprint) != self.fingerprint:
-            raise ValueError("state was saved on different examples (fingerprint differs)")
-        epoch, pos = int(state["epoch"]), int(state["position"])
-        if not 0 <= pos < max(1, self.batches_per_epoch(epoch)): raise ValueError(f"position {pos} out of range")
-        self.epoch, self.position = epoch, pos
+@patch
+def load_state_dict(self: SFTDataIterator, state: dict):
+    "Continue from `state` (from `state_dict`) on the same examples and seed."
+    if state.get("seed", self.seed) != self.seed:
+        raise ValueError(f"state has seed {state['seed']}, this iterator {self.seed}")
+    if state.get("fingerprint", self.fingerprint) != self.fingerprint:
+        raise ValueError("state was saved on different examples (fingerprint differs)")
+    epoch, pos = int(state["epoch"]), int(state["position"])
+    if not 0 <= pos < max(1, self.batches_per_epoch(epoch)): raise ValueError(f"position {pos} out of range")
+    self.epoch, self.position = epoch, pos
 
 # %% ../nbs/04_data.ipynb #4b09e9d2
 def default_sft_dataset(split: str = "train", num_rows: int | None = None, answer_format: str = "gsm8k",

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field, model_validator
 from flax import nnx
+from fastcore.basics import patch
 
 from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_line, user_errors
 from .checkpoint import CheckpointError, load_any
@@ -119,22 +120,6 @@ class DPOTrainer(Trainer):
         # QLoRA: the frozen base as the reference keeps its quantized layout (maxpost.quant)
         self._plain_frozen = jit_sharded(self._plain_logps, self.mesh, (self.frozen_sh, two), None)
 
-    def _logps_of(self, model, lora, b, head_frozen: bool):
-        """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
-        in logit tiles when it gets no gradient (LoRA, and the reference)."""
-        h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
-        w = b["window"]                                        # [R, W] positions holding each row's response
-        h = jnp.take_along_axis(h, w[..., None], axis=1)
-        t, m = (jnp.take_along_axis(b[k], w, axis=1) for k in ("targets", "loss_mask"))
-        if head_frozen:
-            R, W, d = h.shape
-            nll = frozen_head_nll(h.reshape(R * W, d), head_weight(model), t.reshape(-1),
-                                  model.cfg.final_logit_softcapping, 1.0, None, self.tiles[1],
-                                  self.tiles[0])[0].reshape(R, W)
-        else: nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
-        m = m.astype(jnp.float32)
-        return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
-
     def _seq_logps(self, model, lora, b):
         return self._logps_of(model, lora, b, self.cfg.use_lora)
 
@@ -142,63 +127,89 @@ class DPOTrainer(Trainer):
         "Log-probs under full weights `params` with no adapters (the reference)."
         return self._logps_of(nnx.merge(self.graphdef, params), None, b, True)    # no gradient is taken
 
-    def _pair_loss(self, model, lora, mb):
-        "(Σ per-pair loss, real pairs, Σ per-pair metrics) of one micro-batch of pairs."
-        d = self.cfg.dpo
-        lp, n = self._seq_logps(model, lora, mb)
-        B = lp.shape[0] // 2
-        ref = mb["ref_logps"]
-        w = (n[:B] > 0).astype(jnp.float32)                 # real pairs (a short last batch pads with empty rows)
-        loss, rc, rr = preference_loss(d.algo, lp[:B], lp[B:], ref[:B], ref[B:], n[:B], n[B:], beta=d.dpo_beta,
-                                       label_smoothing=d.dpo_label_smoothing, orpo_lambda=d.orpo_lambda,
-                                       simpo_gamma=d.simpo_gamma)
-        m = preference_metrics(rc, rr, lp[:B], lp[B:], w)
-        k = jnp.sum(w)
-        return jnp.sum(loss * w), k, {key: v * k for key, v in m.items()}
-
     def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
         "Host [A·2B, …] pair batch (chosen then rejected per micro-batch; every process: the whole batch) → [A, 2B, …]."
         b = dict(with_window(batch))
         if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]), np.float32)
         return super().put_batch(b, global_batch)
 
-    def logps(self, batches, params=None, trainable=None) -> dict[int, tuple]:
-        "pair index → (Σ log π chosen, Σ log π rejected, chosen tokens, rejected tokens) over host pair `batches`."
-        # params: full weights, no adapters (the reference); else trainable: the state's params (the policy)
-        out = {}
-        for b in batches:
-            b = with_window(b)
-            idx = np.asarray(b["pair_index"]); B = len(idx)
-            x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
-            plain = self._plain_frozen if params is self.frozen else self._plain
-            lp, n = plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
-            lp, n = process_allgather(lp).astype(np.float64), process_allgather(n)     # every process: all rows
-            for j, i in enumerate(idx):
-                if i >= 0: out[int(i)] = (lp[j], lp[B + j], n[j], n[B + j])
-        return out
+# %% ../nbs/13c_dpo.ipynb #50c56860
+@patch
+def _logps_of(self: DPOTrainer, model, lora, b, head_frozen: bool):
+    """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
+    in logit tiles when it gets no gradient (LoRA, and the reference)."""
+    h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
+    w = b["window"]                                        # [R, W] positions holding each row's response
+    h = jnp.take_along_axis(h, w[..., None], axis=1)
+    t, m = (jnp.take_along_axis(b[k], w, axis=1) for k in ("targets", "loss_mask"))
+    if head_frozen:
+        R, W, d = h.shape
+        nll = frozen_head_nll(h.reshape(R * W, d), head_weight(model), t.reshape(-1),
+                              model.cfg.final_logit_softcapping, 1.0, None, self.tiles[1],
+                              self.tiles[0])[0].reshape(R, W)
+    else: nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
+    m = m.astype(jnp.float32)
+    return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
 
-    def reference_logps(self, pairs, batch_size: int, ref_params=None, state=None) -> np.ndarray:
-        "[len(pairs), 2] Σ log π_ref (chosen, rejected): `ref_params`, else the base (LoRA) or `state`'s params."
-        if not needs_reference(self.cfg.dpo.algo): return np.zeros((len(pairs), 2), np.float32)
-        if ref_params is None: ref_params = self.frozen if self.cfg.use_lora else state["params"]
-        it = PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1)
-        got = self.logps(_progress(it, "reference log-probs"), params=ref_params)
-        return np.array([got[i][:2] for i in range(len(pairs))], np.float32)
+# %% ../nbs/13c_dpo.ipynb #b6f9934f
+@patch
+def _pair_loss(self: DPOTrainer, model, lora, mb):
+    "(Σ per-pair loss, real pairs, Σ per-pair metrics) of one micro-batch of pairs."
+    d = self.cfg.dpo
+    lp, n = self._seq_logps(model, lora, mb)
+    B = lp.shape[0] // 2
+    ref = mb["ref_logps"]
+    w = (n[:B] > 0).astype(jnp.float32)                 # real pairs (a short last batch pads with empty rows)
+    loss, rc, rr = preference_loss(d.algo, lp[:B], lp[B:], ref[:B], ref[B:], n[:B], n[B:], beta=d.dpo_beta,
+                                   label_smoothing=d.dpo_label_smoothing, orpo_lambda=d.orpo_lambda,
+                                   simpo_gamma=d.simpo_gamma)
+    m = preference_metrics(rc, rr, lp[:B], lp[B:], w)
+    k = jnp.sum(w)
+    return jnp.sum(loss * w), k, {key: v * k for key, v in m.items()}
 
-    def evaluate(self, state: dict, pairs, batch_size: int, ref: np.ndarray) -> dict:
-        "Held-out metrics: the mean loss, TRL's rewards/*, and the preference accuracy with a 95% Wilson interval."
-        d = self.cfg.dpo
-        got = self.logps(PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1, ref_logps=ref),
-                         trainable=state["params"])
-        a = np.array([got[i] for i in range(len(pairs))])            # [N, 4]
-        loss, rc, rr = preference_loss(d.algo, a[:, 0], a[:, 1], ref[:, 0], ref[:, 1], a[:, 2], a[:, 3], beta=d.dpo_beta,
-                                       label_smoothing=d.dpo_label_smoothing, orpo_lambda=d.orpo_lambda,
-                                       simpo_gamma=d.simpo_gamma)
-        m = {k: float(v) for k, v in preference_metrics(rc, rr, jnp.asarray(a[:, 0]), jnp.asarray(a[:, 1])).items()}
-        wins = a[:, 0] / np.maximum(a[:, 2], 1) > a[:, 1] / np.maximum(a[:, 3], 1)   # length-averaged log-probs
-        lo, hi = wilson_interval(int(wins.sum()), len(wins))
-        return {"loss": float(np.mean(loss)), **m, "preference_accuracy": float(wins.mean()),
-                "preference_accuracy_ci": [lo, hi], "pairs": len(pairs), "wins": wins}
+# %% ../nbs/13c_dpo.ipynb #a029923b
+@patch
+def logps(self: DPOTrainer, batches, params=None, trainable=None) -> dict[int, tuple]:
+    "pair index → (Σ log π chosen, Σ log π rejected, chosen tokens, rejected tokens) over host pair `batches`."
+    # params: full weights, no adapters (the reference); else trainable: the state's params (the policy)
+    out = {}
+    for b in batches:
+        b = with_window(b)
+        idx = np.asarray(b["pair_index"]); B = len(idx)
+        x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
+        plain = self._plain_frozen if params is self.frozen else self._plain
+        lp, n = plain(params, x) if params is not None else self._policy(trainable, self.frozen, x)
+        lp, n = process_allgather(lp).astype(np.float64), process_allgather(n)     # every process: all rows
+        for j, i in enumerate(idx):
+            if i >= 0: out[int(i)] = (lp[j], lp[B + j], n[j], n[B + j])
+    return out
+
+# %% ../nbs/13c_dpo.ipynb #cd6e1727
+@patch
+def reference_logps(self: DPOTrainer, pairs, batch_size: int, ref_params=None, state=None) -> np.ndarray:
+    "[len(pairs), 2] Σ log π_ref (chosen, rejected): `ref_params`, else the base (LoRA) or `state`'s params."
+    if not needs_reference(self.cfg.dpo.algo): return np.zeros((len(pairs), 2), np.float32)
+    if ref_params is None: ref_params = self.frozen if self.cfg.use_lora else state["params"]
+    it = PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1)
+    got = self.logps(_progress(it, "reference log-probs"), params=ref_params)
+    return np.array([got[i][:2] for i in range(len(pairs))], np.float32)
+
+# %% ../nbs/13c_dpo.ipynb #1bab4165
+@patch
+def evaluate(self: DPOTrainer, state: dict, pairs, batch_size: int, ref: np.ndarray) -> dict:
+    "Held-out metrics: the mean loss, TRL's rewards/*, and the preference accuracy with a 95% Wilson interval."
+    d = self.cfg.dpo
+    got = self.logps(PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1, ref_logps=ref),
+                     trainable=state["params"])
+    a = np.array([got[i] for i in range(len(pairs))])            # [N, 4]
+    loss, rc, rr = preference_loss(d.algo, a[:, 0], a[:, 1], ref[:, 0], ref[:, 1], a[:, 2], a[:, 3], beta=d.dpo_beta,
+                                   label_smoothing=d.dpo_label_smoothing, orpo_lambda=d.orpo_lambda,
+                                   simpo_gamma=d.simpo_gamma)
+    m = {k: float(v) for k, v in preference_metrics(rc, rr, jnp.asarray(a[:, 0]), jnp.asarray(a[:, 1])).items()}
+    wins = a[:, 0] / np.maximum(a[:, 2], 1) > a[:, 1] / np.maximum(a[:, 3], 1)   # length-averaged log-probs
+    lo, hi = wilson_interval(int(wins.sum()), len(wins))
+    return {"loss": float(np.mean(loss)), **m, "preference_accuracy": float(wins.mean()),
+            "preference_accuracy_ci": [lo, hi], "pairs": len(pairs), "wins": wins}
 
 # %% ../nbs/13c_dpo.ipynb #22df6fae
 def _progress(it, desc: str):

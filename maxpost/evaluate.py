@@ -73,16 +73,7 @@ class EvalConfig(DistributedKeys):
     @model_validator(mode="after")
     def _combination(self):
         "Combinations of valid values that cannot mean anything; each error names its key."
-        K = self.num_eval_passes
-        if self.eval_mode == "pass_at_1" and K != 1:
-            raise ConfigError(f"eval_mode=pass_at_1 draws one greedy sample per problem; for num_eval_passes={K} use "
-                              f"eval_mode=pass (pass@k) or eval_mode=maj (maj@k)", key="num_eval_passes")
-        if self.sampling_temperature == 0 and K > 1:
-            raise ConfigError(f"eval_mode={self.eval_mode} with decode_sampling_temperature=0: the {K} greedy samples would be "
-                              f"identical; set decode_sampling_temperature > 0", key="decode_sampling_temperature")
-        if self.model_name and self.max_completion_length >= PRESETS[self.model_name].max_position_embeddings:
-            raise ConfigError(f"max_completion_length={self.max_completion_length} leaves no room for a prompt in {self.model_name}'s "
-                              f"{PRESETS[self.model_name].max_position_embeddings} positions", key="max_completion_length")
+        _check_combination(self)
         return self
 
     @property
@@ -96,6 +87,20 @@ class EvalConfig(DistributedKeys):
         "The summary key this mode reports first."
         return {"pass_at_1": "accuracy", "pass": f"pass@{self.num_eval_passes}",
                 "maj": f"maj@{self.num_eval_passes}"}[self.eval_mode]
+
+# %% ../nbs/08b_evaluate.ipynb #8dffaa2e
+def _check_combination(cfg: EvalConfig):
+    "The first combination of valid values in `cfg` that cannot mean anything, as a ConfigError naming its key."
+    K = cfg.num_eval_passes
+    if cfg.eval_mode == "pass_at_1" and K != 1:
+        raise ConfigError(f"eval_mode=pass_at_1 draws one greedy sample per problem; for num_eval_passes={K} use "
+                          f"eval_mode=pass (pass@k) or eval_mode=maj (maj@k)", key="num_eval_passes")
+    if cfg.sampling_temperature == 0 and K > 1:
+        raise ConfigError(f"eval_mode={cfg.eval_mode} with decode_sampling_temperature=0: the {K} greedy samples would be "
+                          f"identical; set decode_sampling_temperature > 0", key="decode_sampling_temperature")
+    if cfg.model_name and cfg.max_completion_length >= PRESETS[cfg.model_name].max_position_embeddings:
+        raise ConfigError(f"max_completion_length={cfg.max_completion_length} leaves no room for a prompt in {cfg.model_name}'s "
+                          f"{PRESETS[cfg.model_name].max_position_embeddings} positions", key="max_completion_length")
 
 # %% ../nbs/08b_evaluate.ipynb #b528cd7f
 def _as_config(cfg) -> EvalConfig:

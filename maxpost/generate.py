@@ -15,6 +15,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from fastcore.basics import patch
 
 from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, SamplingParams, chat_prompt_ids,
                             apply_stop_strings, check_engine, check_stream_ids, default_stop_token_ids, encode_prompt,
@@ -302,74 +303,78 @@ class NativeEngine:
             leaves.append(jnp.asarray(v, dtype))        # same dtype: the compiled program is reused
         self._state = jax.tree.unflatten(self._treedef, leaves)
 
-    def generate(self, prompts, params: SamplingParams | None = None, *,
-                 stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
-        """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
-        stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
-        sp = params or SamplingParams()
-        ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
-        streams = check_stream_ids(stream_ids, len(ids))
-        for i, p in enumerate(ids):
-            if len(p) > self.max_prefill:
-                raise ValueError(f"prompt {i} has {len(p)} tokens; the engine's max_prefill is {self.max_prefill}")
-            if len(p) + sp.max_tokens > self.max_len:
-                raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the cache's "
-                                 f"max_len={self.max_len}")
-        stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
-        stop_arr = np.full(max(8, bucket_batch(len(stop))), -1, np.int32); stop_arr[:len(stop)] = stop
-        # pieces: up to R samples of one prompt, prefilled once and decoded as R rows; P pieces per compiled call
-        R = min(sp.n, self.max_batch)
-        P = self.max_batch // R
-        order = sorted(range(len(ids)), key=lambda p: len(ids[p]))         # similar lengths share a call
-        pieces = [(p, range(s, min(s + R, sp.n))) for p in order for s in range(0, sp.n, R)]
-        chunks = [pieces[i:i + P] for i in range(0, len(pieces), P)]
-        out: dict[tuple, GenerationResult] = {}
-        t0, steps, ntok = time.perf_counter(), [], 0
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(ids) * sp.n, unit="seq", desc="generate")
-        for chunk in chunks:
-            res, nsteps = self._run(chunk, R, P, ids, streams, sp, stop_arr, set(stop))
-            out.update(res); steps.append(nsteps); ntok += sum(len(r.token_ids) for r in res.values())
-            if bar is not None: bar.update(len(res))
-        if bar is not None: bar.close()
-        dt = time.perf_counter() - t0
-        self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
-        return apply_stop_strings([out[(p, s)] for p in range(len(ids)) for s in range(sp.n)], self.tokenizer, sp.stop)
+# %% ../nbs/06_generate.ipynb #87ffc48b
+@patch
+def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, *,
+             stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+    """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
+    stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
+    sp = params or SamplingParams()
+    ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
+    streams = check_stream_ids(stream_ids, len(ids))
+    for i, p in enumerate(ids):
+        if len(p) > self.max_prefill:
+            raise ValueError(f"prompt {i} has {len(p)} tokens; the engine's max_prefill is {self.max_prefill}")
+        if len(p) + sp.max_tokens > self.max_len:
+            raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the cache's "
+                             f"max_len={self.max_len}")
+    stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
+    stop_arr = np.full(max(8, bucket_batch(len(stop))), -1, np.int32); stop_arr[:len(stop)] = stop
+    # pieces: up to R samples of one prompt, prefilled once and decoded as R rows; P pieces per compiled call
+    R = min(sp.n, self.max_batch)
+    P = self.max_batch // R
+    order = sorted(range(len(ids)), key=lambda p: len(ids[p]))         # similar lengths share a call
+    pieces = [(p, range(s, min(s + R, sp.n))) for p in order for s in range(0, sp.n, R)]
+    chunks = [pieces[i:i + P] for i in range(0, len(pieces), P)]
+    out: dict[tuple, GenerationResult] = {}
+    t0, steps, ntok = time.perf_counter(), [], 0
+    bar = None
+    if self.progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(ids) * sp.n, unit="seq", desc="generate")
+    for chunk in chunks:
+        res, nsteps = self._run(chunk, R, P, ids, streams, sp, stop_arr, set(stop))
+        out.update(res); steps.append(nsteps); ntok += sum(len(r.token_ids) for r in res.values())
+        if bar is not None: bar.update(len(res))
+    if bar is not None: bar.close()
+    dt = time.perf_counter() - t0
+    self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
+    return apply_stop_strings([out[(p, s)] for p in range(len(ids)) for s in range(sp.n)], self.tokenizer, sp.stop)
 
-    def _run(self, chunk, R: int, P: int, ids, streams, sp: SamplingParams, stop_arr, stop_set):
-        "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."
-        U = bucket_batch(len(chunk), P)
-        longest = max(len(ids[p]) for p, _ in chunk)
-        T = max(longest, min(bucket_length(longest), self.max_prefill, self.max_len - sp.max_tokens))
-        N = max(sp.max_tokens, min(bucket_length(sp.max_tokens), self.max_len - T))
-        tokens = np.zeros((U, T), np.int32); seg = np.zeros((U, T), np.int32)
-        seg[:, -1] = 1                                   # padding prompts: one token (rows using them are finished)
-        real = np.zeros((U * R,), bool); row_ids = np.zeros((U * R, 2), np.int32)
-        rows = []                                        # (row, prompt, sample)
-        for u, (p, samples) in enumerate(chunk):
-            L = len(ids[p]); tokens[u, T - L:] = ids[p]; seg[u, T - L:] = 1
-            for r, s in enumerate(samples):
-                real[u * R + r] = True; row_ids[u * R + r] = (streams[p], s); rows.append((u * R + r, p, s))
-        outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
-                               np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
-                               np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
-                               with_sampling_logprobs=bool(sp.sampling_logprobs))
-        out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
-        res, texts_in = {}, []
-        for b, p, s in rows:
-            n = int(lengths[b])
-            toks = out_tok[b, :n].tolist()
-            reason = "stop" if n and toks[-1] in stop_set else "length"
-            texts_in.append(toks[:-1] if reason == "stop" else toks)
-            res[(p, s)] = GenerationResult(prompt_index=p, sample_index=s, prompt_token_ids=ids[p], token_ids=toks,
-                                           text="", logprobs=out_lp[b, :n].astype(np.float32), finish_reason=reason,
-                                           sampling_logprobs=out_lq[b, :n].astype(np.float32) if sp.sampling_logprobs else None)
-        if self.tokenizer is not None:
-            for (key, r), text in zip(res.items(), self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)):
-                r.text = text
-        return res, int(nsteps)
+# %% ../nbs/06_generate.ipynb #1dd07b11
+@patch
+def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingParams, stop_arr, stop_set):
+    "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."
+    U = bucket_batch(len(chunk), P)
+    longest = max(len(ids[p]) for p, _ in chunk)
+    T = max(longest, min(bucket_length(longest), self.max_prefill, self.max_len - sp.max_tokens))
+    N = max(sp.max_tokens, min(bucket_length(sp.max_tokens), self.max_len - T))
+    tokens = np.zeros((U, T), np.int32); seg = np.zeros((U, T), np.int32)
+    seg[:, -1] = 1                                   # padding prompts: one token (rows using them are finished)
+    real = np.zeros((U * R,), bool); row_ids = np.zeros((U * R, 2), np.int32)
+    rows = []                                        # (row, prompt, sample)
+    for u, (p, samples) in enumerate(chunk):
+        L = len(ids[p]); tokens[u, T - L:] = ids[p]; seg[u, T - L:] = 1
+        for r, s in enumerate(samples):
+            real[u * R + r] = True; row_ids[u * R + r] = (streams[p], s); rows.append((u * R + r, p, s))
+    outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
+                           np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
+                           np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
+                           with_sampling_logprobs=bool(sp.sampling_logprobs))
+    out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
+    res, texts_in = {}, []
+    for b, p, s in rows:
+        n = int(lengths[b])
+        toks = out_tok[b, :n].tolist()
+        reason = "stop" if n and toks[-1] in stop_set else "length"
+        texts_in.append(toks[:-1] if reason == "stop" else toks)
+        res[(p, s)] = GenerationResult(prompt_index=p, sample_index=s, prompt_token_ids=ids[p], token_ids=toks,
+                                       text="", logprobs=out_lp[b, :n].astype(np.float32), finish_reason=reason,
+                                       sampling_logprobs=out_lq[b, :n].astype(np.float32) if sp.sampling_logprobs else None)
+    if self.tokenizer is not None:
+        for (key, r), text in zip(res.items(), self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)):
+            r.text = text
+    return res, int(nsteps)
 
 # %% ../nbs/06_generate.ipynb #23b3a971
 def benchmark(model_path=None, prompts: int = 8, n: int = 8, max_tokens: int = 256, dtype=jnp.float32) -> dict:

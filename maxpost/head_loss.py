@@ -86,59 +86,72 @@ def _scaled(u, cap, temperature: float):
     if temperature != 1.0: z, k = z / temperature, (1.0 if k is None else k) / temperature
     return z, k
 
+# %% ../nbs/05c_head_loss.ipynb #666a98f6
+def _mm(s: str, a, b):
+    "einsum `s` of a and b, a cast to b's dtype, accumulated in float32."
+    return jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
+
+# %% ../nbs/05c_head_loss.ipynb #55b6c916
+def _lse_pass(hc, wm, wb, cap, temperature: float, block: int, need_dw: bool, one_pass: bool, entropy: bool):
+    """(log-sum-exp [c], entropy [c] or None, Σ_v p·∂z/∂u·w_v [c, d] (one_pass) or None, kept logit tiles (need_dw)
+    or None) of one chunk hc [c, d]; wm: the logits' head, wb: the backward's."""
+    (c, d), V = hc.shape, wm.shape[0]
+    vb = _block_rows(V, block)                     # the kept logits' block size (trained head)
+    def fn(lo, size, cr):
+        m, s, sz, acc, zs = cr
+        z, k = _scaled(jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size), preferred_element_type=jnp.float32),
+                       cap, temperature)
+        if need_dw:                                # kept for the second pass, which then needs no logits matmul
+            zs = (jax.lax.dynamic_update_index_in_dim(zs[0], z, lo // vb, 0), zs[1]) if size == vb else (zs[0], z)
+        mn = jnp.maximum(m, z.max(1)); a = jnp.exp(m - mn)        # running max; rescale what came before
+        p = jnp.exp(z - mn[:, None])
+        s = s * a + p.sum(1)
+        if entropy: sz = sz * a + (p * z).sum(1)
+        if one_pass:
+            acc = acc * a[:, None] + _mm("cv,vd->cd", p if k is None else p * k, _rows(wb, lo, size))
+        return mn, s, sz, acc, zs
+    zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
+    zs = (zeros(V // vb, c, vb), None) if need_dw else None
+    init = (jnp.full((c,), -jnp.inf, jnp.float32), zeros(c), zeros(c) if entropy else None,
+            zeros(c, d) if one_pass else None, zs)
+    m, s, sz, acc, zs = _over_blocks(V, block, fn, init)
+    lse = m + jnp.log(s)
+    return lse, (lse - sz / s if entropy else None), (acc / s[:, None] if one_pass else None), zs
+
+# %% ../nbs/05c_head_loss.ipynb #2296639f
+def _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature: float, block: int):
+    "(Σ_v g·w_v [c, d], dw + gᵀ·hc) of one chunk hc [c, d] with weights wc [c], from the first pass's lse and tiles zs."
+    (c, d), V = hc.shape, wb.shape[0]
+    vb = _block_rows(V, block)
+    def fn(lo, size, cr):
+        acc, dw = cr
+        z = jax.lax.dynamic_index_in_dim(zs[0], lo // vb, 0, keepdims=False) if size == vb else zs[1]
+        g = jnp.exp(z - lse[:, None]) * wc[:, None]
+        if cap is not None:                        # ∂z/∂u = (1 - t²)/τ with t = z·τ/cap
+            t = z * (temperature / cap); g = g * ((1 - t * t) / temperature)
+        elif temperature != 1.0: g = g / temperature
+        blk = _mm("cv,cd->vd", g, hc)
+        dw = dw.at[lo:lo + size].add(blk) if isinstance(lo, int) else \
+            jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
+        return acc + _mm("cv,vd->cd", g, _rows(wb, lo, size)), dw
+    return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
+
 # %% ../nbs/05c_head_loss.ipynb #5775d77e
 def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK,
            temperature: float = 1.0, entropy: bool = False):
     """(NLL [N], ∂/∂h [N, d], ∂/∂w [V, d], entropy [N]) of softmax(z/τ), the gradients those of Σ weights·NLL (None
     unless asked; entropy None unless asked), in [chunk, block] logit tiles.
     mm_dtype: the head matmuls' input dtype (float32 accumulation); None: h's dtype."""
-    N, d = h.shape; V = w.shape[0]
+    N, d = h.shape
     wm = w.astype(mm_dtype or h.dtype)              # the logits' matmul input, cast once, not per tile
     wb = w.astype(mm_dtype or jnp.float32)          # the backward's (float32 unless bf16_matmuls, as before)
     wts = weights.astype(jnp.float32)
     c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
     one_pass = need_dh and not need_dw             # ∂S/∂h alone: accumulated online with the log-sum-exp
-    mm = lambda s, a, b: jnp.einsum(s, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
-    tile = lambda hc, lo, size: _scaled(jnp.einsum("cd,vd->cv", hc, _rows(wm, lo, size),
-                                                   preferred_element_type=jnp.float32), cap, temperature)
-    vb = _block_rows(V, block)                     # the kept logits' block size (trained head)
-    def lse_pass(hc):
-        def fn(lo, size, cr):
-            m, s, sz, acc, zs = cr
-            z, k = tile(hc, lo, size)
-            if need_dw:                            # kept for the second pass, which then needs no logits matmul
-                zs = (jax.lax.dynamic_update_index_in_dim(zs[0], z, lo // vb, 0), zs[1]) if size == vb else (zs[0], z)
-            mn = jnp.maximum(m, z.max(1)); a = jnp.exp(m - mn)        # running max; rescale what came before
-            p = jnp.exp(z - mn[:, None])
-            s = s * a + p.sum(1)
-            if entropy: sz = sz * a + (p * z).sum(1)
-            if one_pass:
-                acc = acc * a[:, None] + mm("cv,vd->cd", p if k is None else p * k, _rows(wb, lo, size))
-            return mn, s, sz, acc, zs
-        zeros = lambda *shape: jnp.zeros(shape, jnp.float32)
-        zs = (zeros(V // vb, c, vb), None) if need_dw else None
-        init = (jnp.full((c,), -jnp.inf, jnp.float32), zeros(c), zeros(c) if entropy else None,
-                zeros(c, d) if one_pass else None, zs)
-        m, s, sz, acc, zs = _over_blocks(V, block, fn, init)
-        lse = m + jnp.log(s)
-        return lse, (lse - sz / s if entropy else None), (acc / s[:, None] if one_pass else None), zs
-    def grad_pass(hc, wc, lse, dw, zs):            # second pass (trained head): p is known once lse is
-        def fn(lo, size, cr):
-            acc, dw = cr
-            z = jax.lax.dynamic_index_in_dim(zs[0], lo // vb, 0, keepdims=False) if size == vb else zs[1]
-            g = jnp.exp(z - lse[:, None]) * wc[:, None]
-            if cap is not None:                    # ∂z/∂u = (1 - t²)/τ with t = z·τ/cap
-                t = z * (temperature / cap); g = g * ((1 - t * t) / temperature)
-            elif temperature != 1.0: g = g / temperature
-            blk = mm("cv,cd->vd", g, hc)
-            dw = dw.at[lo:lo + size].add(blk) if isinstance(lo, int) else \
-                jax.lax.dynamic_update_slice_in_dim(dw, _rows(dw, lo, size) + blk, lo, 0)
-            return acc + mm("cv,vd->cd", g, _rows(wb, lo, size)), dw
-        return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
     def body(dw, x):
         hc, wc = x
-        lse, ent, ph, zs = lse_pass(hc)
-        if need_dw: ph, dw = grad_pass(hc, wc, lse, dw, zs)
+        lse, ent, ph, zs = _lse_pass(hc, wm, wb, cap, temperature, block, need_dw, one_pass, entropy)
+        if need_dw: ph, dw = _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature, block)
         elif one_pass: ph = ph * wc[:, None]
         return dw, (lse, ent, ph)
     dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None

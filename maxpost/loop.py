@@ -16,6 +16,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
+from fastcore.basics import patch
 from pydantic import Field, field_validator
 
 from .config import Config, ConfigError, alias, dump_config, output_dir, Finite, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
@@ -271,160 +272,186 @@ class RunLoop:
         err = gather_json(err)[0]                   # every process stops, not only process 0
         if err: raise ConfigError(err, key="run_name")
 
-    def _data_state(self) -> dict:
-        "The data position to save: this process's, or with several processes every process's (in order)."
-        states = gather_json(self.data.state_dict())
-        return states[0] if len(states) == 1 else {"process_states": states}
-
-    def _load_data_state(self, d: dict):
-        if "process_states" in d:
-            states, me, n = d["process_states"], jax.process_index(), jax.process_count()
-            if len(states) != n and any(s != states[0] for s in states):
-                raise ValueError(f"the checkpoint holds the data positions of {len(states)} processes that differ; "
-                                 f"this run has {n} processes")
-            d = states[me] if len(states) == n else states[0]
-        self.data.load_state_dict(d)
-
-    def _args(self, restore: bool):
-        import orbax.checkpoint as ocp
-        if restore:
-            target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
-                                  self.state)
-            parts = {"state": ocp.args.StandardRestore(target)}
-            if self.data is not None: parts["data"] = ocp.args.JsonRestore()
-        else:
-            parts = {"state": ocp.args.StandardSave(self.state)}
-            if self.data is not None: parts["data"] = ocp.args.JsonSave(self._data_state())
-        return ocp.args.Composite(**parts)
-
-    def restore(self) -> int:
-        "Load the newest checkpoint, if any, into `self.state` and the data; truncate the metrics; the start step."
-        self._restored = True
-        if self.mngr is not None and self.mngr.latest_step() is not None:
-            self.start = self.mngr.latest_step()
-            got = self.mngr.restore(self.start, args=self._args(restore=True))
-            self.state = got["state"]
-            if self.data is not None: self._load_data_state(got["data"])
-            if self.main: print(f"resumed from step {self.start} of {self.run_dir / 'checkpoints'}", file=sys.stderr)
-        if not self.main: pass
-        elif self.start: keep_metrics_until(self.metrics_path, self.start)
-        elif self.metrics_path.exists(): self.metrics_path.unlink()
-        return self.start
-
-    def save(self, step: int):
-        "Checkpoint the current state and data position as `step` (once per step; no-op without checkpointing)."
-        if self.mngr is None or step in self.mngr.all_steps(): return
-        self.mngr.save(step, args=self._args(restore=False))
-
-    def _tb(self):
-        if self.writer is None:
-            from tensorboardX import SummaryWriter
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.start or None)
-        return self.writer
-
-    def log_scalars(self, step: int, metrics: dict):
-        "Write the scalars of `metrics` to TensorBoard at `step` (process 0 only)."
-        if not self.main: return
-        w = self._tb()
-        for k, v in _scalars(metrics).items():
-            if k != "step": w.add_scalar(_tb_name(k), v, step)
-
-    def _check_finite(self, step: int, rec: dict, mf):
-        bad = {k: rec[k] for k in self.finite if isinstance(rec.get(k), (int, float)) and not math.isfinite(rec[k])}
-        if not bad: return
-        if mf is not None: mf.write(json.dumps(rec) + "\n"); mf.flush()
-        if self.mngr is not None: self.mngr.wait_until_finished()
-        saved = self.mngr.latest_step() if self.mngr is not None else None
-        what = ", ".join(f"{k} is {v}" for k, v in bad.items())
-        raise NonFiniteError(f"step {step}: {what}; stopped without saving step {step} "
-                             f"(last checkpoint: {'none' if saved is None else f'step {saved}'})")
-
-    def loop(self, step_fn: Callable, eval_fn: Callable | None = None, eval_interval: int = 0,
-             eval_at_start: bool = False) -> dict:
-        "Run steps start+1 … cfg.steps (or until the time budget); returns a summary (see below)."
-        cfg = self.cfg
-        if not self._restored: self.restore()
-        from tqdm.auto import tqdm
-        start, last, times, rates, eval_initial, stopped = self.start, {}, [], [], None, "steps"
-        try:
-            if eval_fn is not None and eval_at_start and start == 0:
-                eval_initial = _scalars(eval_fn(self.state, 0)); self.log_scalars(0, eval_initial)
-            bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (cfg.enable_tqdm and self.main),
-                       desc=self.desc, dynamic_ncols=True)
-            t_start = time.perf_counter()
-            pending = None                                  # (step, metrics on the device) not yet read
-
-            def finish(step, m, t0, mf, end=None):
-                """Read step `step`'s metrics (waits for it), record them; the record, not yet written. Its step_time
-                runs from t0 (the host starts on it) to `end` (the host starts on the next step), or to now."""
-                m = {k: _plain(v) for k, v in jax.device_get(m).items()}
-                dt = (time.perf_counter() if end is None else end) - t0
-                rec = {"step": step, **m, "step_time": dt}
-                if isinstance(m.get("tokens"), (int, float)): rec["tokens_per_s"] = m["tokens"] / dt
-                rec["peak_rss_gib"] = peak_rss_gib()
-                self._check_finite(step, rec, mf)
-                if step > start + 1: times.append(dt); rates.append(rec.get("tokens_per_s"))  # the first compiles
-                return rec
-
-            def write(rec, mf):
-                mf.write(json.dumps(rec) + "\n"); mf.flush()
-                self.log_scalars(rec["step"], rec)
-                if rec["step"] % cfg.log_period == 0: self.writer.flush()
-                bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
-                return rec
-
-            with (open(self.metrics_path, "a") if self.main else open(os.devnull, "w")) as mf:
-                for s in bar:
-                    step, t0 = s + 1, time.perf_counter()
-                    self._profile(step)
-                    self.state, m = step_fn(self.state, step)          # dispatched; the device may still be busy
-                    over = cfg.max_train_seconds > 0 and time.perf_counter() - t_start > cfg.max_train_seconds
-                    if cfg.max_train_seconds > 0 and jax.process_count() > 1: over = gather_json(over)[0]  # process 0's clock
-                    final = step == cfg.steps or over
-                    evals = eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0))
-                    saves = final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0)
-                    if pending is not None: last = write(finish(*pending, mf, end=t0), mf)   # the previous step, read
-                    pending = (step, m, t0)                                        # while this one runs
-                    if evals or saves:                      # they need this step done: read it now
-                        rec = finish(*pending, mf); pending = None
-                        if evals:
-                            rec |= {k: _plain(v) for k, v in eval_fn(self.state, step).items()}
-                            self._check_finite(step, rec, mf)
-                        last = write(rec, mf)
-                        if saves: self.save(step)
-                    if over: stopped = "time"; break
-            if self.mngr is not None: self.mngr.wait_until_finished()
-        except BaseException:
-            self.close(); raise
-        rates = [r for r in rates if r is not None]
-        return {"run_dir": str(self.run_dir), "steps": self.steps_done(), "start_step": start, "stopped": stopped,
-                "last": last, "eval_initial": eval_initial,
-                "step_time": float(np.median(times)) if times else None,
-                "tokens_per_s": float(np.median(rates)) if rates else None, "peak_rss_gib": peak_rss_gib()}
-
-    def steps_done(self) -> int:
-        "The step of the current state."
-        return int(jax.device_get(self.state["step"])) if isinstance(self.state, dict) and "step" in self.state \
-            else self.start
-
-    def _profile(self, step: int):
-        "profiler=xplane: start a JAX trace before step start+skip+1, stop it after profiler_steps steps."
-        cfg, first = self.cfg, self.start + self.cfg.skip_first_n_steps_for_profiler + 1
-        if cfg.profiler != "xplane": return
-        if step == first: jax.profiler.start_trace(str(self.run_dir / "profile")); self._tracing = True
-        elif step == first + cfg.profiler_steps and getattr(self, "_tracing", False): self._stop_trace()
-
-    def _stop_trace(self):
-        if getattr(self, "_tracing", False): self._tracing = False; jax.profiler.stop_trace()
-
-    def close(self):
-        "Flush TensorBoard, stop a profiler trace, and let pending checkpoints finish (idempotent)."
-        self._stop_trace()
-        if self.writer is not None: self.writer.close(); self.writer = None
-        if self.mngr is not None: self.mngr.wait_until_finished(); self.mngr.close(); self.mngr = None
-        if self._lock is not None:
-            fd, path = self._lock; self._lock = None
-            path.unlink(missing_ok=True); os.close(fd)     # unlink first: a waiting run then locks a fresh file
-
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+# %% ../nbs/04b_loop.ipynb #4cbaf590
+@patch
+def _data_state(self: RunLoop) -> dict:
+    "The data position to save: this process's, or with several processes every process's (in order)."
+    states = gather_json(self.data.state_dict())
+    return states[0] if len(states) == 1 else {"process_states": states}
+
+@patch
+def _load_data_state(self: RunLoop, d: dict):
+    if "process_states" in d:
+        states, me, n = d["process_states"], jax.process_index(), jax.process_count()
+        if len(states) != n and any(s != states[0] for s in states):
+            raise ValueError(f"the checkpoint holds the data positions of {len(states)} processes that differ; "
+                             f"this run has {n} processes")
+        d = states[me] if len(states) == n else states[0]
+    self.data.load_state_dict(d)
+
+@patch
+def _args(self: RunLoop, restore: bool):
+    import orbax.checkpoint as ocp
+    if restore:
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+                              self.state)
+        parts = {"state": ocp.args.StandardRestore(target)}
+        if self.data is not None: parts["data"] = ocp.args.JsonRestore()
+    else:
+        parts = {"state": ocp.args.StandardSave(self.state)}
+        if self.data is not None: parts["data"] = ocp.args.JsonSave(self._data_state())
+    return ocp.args.Composite(**parts)
+
+# %% ../nbs/04b_loop.ipynb #25a06f0e
+@patch
+def restore(self: RunLoop) -> int:
+    "Load the newest checkpoint, if any, into `self.state` and the data; truncate the metrics; the start step."
+    self._restored = True
+    if self.mngr is not None and self.mngr.latest_step() is not None:
+        self.start = self.mngr.latest_step()
+        got = self.mngr.restore(self.start, args=self._args(restore=True))
+        self.state = got["state"]
+        if self.data is not None: self._load_data_state(got["data"])
+        if self.main: print(f"resumed from step {self.start} of {self.run_dir / 'checkpoints'}", file=sys.stderr)
+    if not self.main: pass
+    elif self.start: keep_metrics_until(self.metrics_path, self.start)
+    elif self.metrics_path.exists(): self.metrics_path.unlink()
+    return self.start
+
+@patch
+def save(self: RunLoop, step: int):
+    "Checkpoint the current state and data position as `step` (once per step; no-op without checkpointing)."
+    if self.mngr is None or step in self.mngr.all_steps(): return
+    self.mngr.save(step, args=self._args(restore=False))
+
+# %% ../nbs/04b_loop.ipynb #85257897
+@patch
+def _tb(self: RunLoop):
+    if self.writer is None:
+        from tensorboardX import SummaryWriter
+        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.start or None)
+    return self.writer
+
+@patch
+def log_scalars(self: RunLoop, step: int, metrics: dict):
+    "Write the scalars of `metrics` to TensorBoard at `step` (process 0 only)."
+    if not self.main: return
+    w = self._tb()
+    for k, v in _scalars(metrics).items():
+        if k != "step": w.add_scalar(_tb_name(k), v, step)
+
+@patch
+def _check_finite(self: RunLoop, step: int, rec: dict, mf):
+    bad = {k: rec[k] for k in self.finite if isinstance(rec.get(k), (int, float)) and not math.isfinite(rec[k])}
+    if not bad: return
+    if mf is not None: mf.write(json.dumps(rec) + "\n"); mf.flush()
+    if self.mngr is not None: self.mngr.wait_until_finished()
+    saved = self.mngr.latest_step() if self.mngr is not None else None
+    what = ", ".join(f"{k} is {v}" for k, v in bad.items())
+    raise NonFiniteError(f"step {step}: {what}; stopped without saving step {step} "
+                         f"(last checkpoint: {'none' if saved is None else f'step {saved}'})")
+
+# %% ../nbs/04b_loop.ipynb #fb4e4016
+@patch
+def _record(self: RunLoop, step: int, m: dict, t0: float, mf, end: float | None = None) -> dict:
+    """Read step `step`'s metrics `m` (waits for it), record them; the record, not yet written. Its step_time runs
+    from t0 (the host starts on it) to `end` (the host starts on the next step), or to now."""
+    m = {k: _plain(v) for k, v in jax.device_get(m).items()}
+    dt = (time.perf_counter() if end is None else end) - t0
+    rec = {"step": step, **m, "step_time": dt}
+    if isinstance(m.get("tokens"), (int, float)): rec["tokens_per_s"] = m["tokens"] / dt
+    rec["peak_rss_gib"] = peak_rss_gib()
+    self._check_finite(step, rec, mf)
+    return rec
+
+@patch
+def _write(self: RunLoop, rec: dict, mf, bar) -> dict:
+    "Append the record `rec` to metrics.jsonl (`mf`) and TensorBoard, show its postfix metrics on `bar`; `rec`."
+    mf.write(json.dumps(rec) + "\n"); mf.flush()
+    self.log_scalars(rec["step"], rec)
+    if rec["step"] % self.cfg.log_period == 0: self.writer.flush()
+    bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
+    return rec
+
+# %% ../nbs/04b_loop.ipynb #cd8876f1
+@patch
+def loop(self: RunLoop, step_fn: Callable, eval_fn: Callable | None = None, eval_interval: int = 0,
+         eval_at_start: bool = False) -> dict:
+    "Run steps start+1 … cfg.steps (or until the time budget); returns a summary (see below)."
+    cfg = self.cfg
+    if not self._restored: self.restore()
+    from tqdm.auto import tqdm
+    start, last, times, rates, eval_initial, stopped = self.start, {}, [], [], None, "steps"
+    try:
+        if eval_fn is not None and eval_at_start and start == 0:
+            eval_initial = _scalars(eval_fn(self.state, 0)); self.log_scalars(0, eval_initial)
+        bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (cfg.enable_tqdm and self.main),
+                   desc=self.desc, dynamic_ncols=True)
+        t_start = time.perf_counter()
+        pending = None                                  # (step, metrics on the device, t0) not yet read
+
+        def finish(step, m, t0, mf, end=None):
+            rec = self._record(step, m, t0, mf, end)
+            if step > start + 1: times.append(rec["step_time"]); rates.append(rec.get("tokens_per_s"))  # the first compiles
+            return rec
+
+        with (open(self.metrics_path, "a") if self.main else open(os.devnull, "w")) as mf:
+            for s in bar:
+                step, t0 = s + 1, time.perf_counter()
+                self._profile(step)
+                self.state, m = step_fn(self.state, step)          # dispatched; the device may still be busy
+                over = cfg.max_train_seconds > 0 and time.perf_counter() - t_start > cfg.max_train_seconds
+                if cfg.max_train_seconds > 0 and jax.process_count() > 1: over = gather_json(over)[0]  # process 0's clock
+                final = step == cfg.steps or over
+                evals = eval_fn is not None and (final or (eval_interval > 0 and step % eval_interval == 0))
+                saves = final or (cfg.checkpoint_period > 0 and step % cfg.checkpoint_period == 0)
+                if pending is not None: last = self._write(finish(*pending, mf, end=t0), mf, bar)  # the previous step
+                pending = (step, m, t0)                                        # while this one runs
+                if evals or saves:                      # they need this step done: read it now
+                    rec = finish(*pending, mf); pending = None
+                    if evals:
+                        rec |= {k: _plain(v) for k, v in eval_fn(self.state, step).items()}
+                        self._check_finite(step, rec, mf)
+                    last = self._write(rec, mf, bar)
+                    if saves: self.save(step)
+                if over: stopped = "time"; break
+        if self.mngr is not None: self.mngr.wait_until_finished()
+    except BaseException:
+        self.close(); raise
+    rates = [r for r in rates if r is not None]
+    return {"run_dir": str(self.run_dir), "steps": self.steps_done(), "start_step": start, "stopped": stopped,
+            "last": last, "eval_initial": eval_initial,
+            "step_time": float(np.median(times)) if times else None,
+            "tokens_per_s": float(np.median(rates)) if rates else None, "peak_rss_gib": peak_rss_gib()}
+
+# %% ../nbs/04b_loop.ipynb #264034a1
+@patch
+def steps_done(self: RunLoop) -> int:
+    "The step of the current state."
+    return int(jax.device_get(self.state["step"])) if isinstance(self.state, dict) and "step" in self.state \
+        else self.start
+
+@patch
+def _profile(self: RunLoop, step: int):
+    "profiler=xplane: start a JAX trace before step start+skip+1, stop it after profiler_steps steps."
+    cfg, first = self.cfg, self.start + self.cfg.skip_first_n_steps_for_profiler + 1
+    if cfg.profiler != "xplane": return
+    if step == first: jax.profiler.start_trace(str(self.run_dir / "profile")); self._tracing = True
+    elif step == first + cfg.profiler_steps and getattr(self, "_tracing", False): self._stop_trace()
+
+@patch
+def _stop_trace(self: RunLoop):
+    if getattr(self, "_tracing", False): self._tracing = False; jax.profiler.stop_trace()
+
+@patch
+def close(self: RunLoop):
+    "Flush TensorBoard, stop a profiler trace, and let pending checkpoints finish (idempotent)."
+    self._stop_trace()
+    if self.writer is not None: self.writer.close(); self.writer = None
+    if self.mngr is not None: self.mngr.wait_until_finished(); self.mngr.close(); self.mngr = None
+    if self._lock is not None:
+        fd, path = self._lock; self._lock = None
+        path.unlink(missing_ok=True); os.close(fd)     # unlink first: a waiting run then locks a fresh file

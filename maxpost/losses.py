@@ -144,22 +144,10 @@ def _masked_stats(ratio, clip_low, clip_high, w) -> dict:
                 ratio_min=jnp.where(any_, jnp.min(jnp.where(w > 0, ratio, jnp.inf)), 1.0),
                 ratio_max=jnp.where(any_, jnp.max(jnp.where(w > 0, ratio, -jnp.inf)), 1.0))
 
-# %% ../nbs/09_losses.ipynb #23e13da0
-def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled tokens (float32 log-softmax)
-                old_per_token_logps,          # [B, T] log π_old of the same tokens; None: sg[per_token_logps]
-                advantages,                   # [B] per sequence ([B, T] per token allowed for grpo / gspo-token)
-                completion_mask,              # [B, T] 1 on completion tokens
-                *,
-                loss_algo: str = "grpo",      # 'grpo' | 'gspo' | 'gspo-token' | 'cispo' | 'sapo'
-                epsilon: float | None = None,       # lower clip; None: 0.2 (grpo), 3e-4 (gspo*), 1 (cispo); sapo: unused
-                epsilon_high: float | None = None,  # upper clip; None: epsilon (grpo), 4e-4 (gspo*), 4 (cispo)
-                loss_agg_mode: str | None = None,   # None: 'sequence-mean-token-mean'
-                max_completion_length: int | None = None,  # L_max for 'sequence-mean-token-sum-norm'
-                is_weights=None,              # [B, T] or [B, 1] rollout-correction weights (constants); None: 1
-                sapo_temperature_pos: float = SAPO_TAU_POS,   # SAPO's τ where Â > 0
-                sapo_temperature_neg: float = SAPO_TAU_NEG,   # SAPO's τ where Â <= 0
-                ) -> tuple[jax.Array, dict]:  # scalar float32 loss, metrics of scalars
-    "Policy loss (to minimise) of GRPO/DAPO/Dr.GRPO, GSPO/GSPO-token, CISPO or SAPO, and clip/ratio metrics."
+# %% ../nbs/09_losses.ipynb #e4111719
+def _clip_range(loss_algo: str, loss_agg_mode: str | None, epsilon: float | None, epsilon_high: float | None,
+                max_completion_length: int | None) -> tuple[str, float, float]:
+    "(loss_agg_mode, 1 - ε, 1 + ε_high) of `policy_loss`'s arguments, each default filled in, each choice checked."
     _check_choice("loss_algo", loss_algo, LOSS_ALGOS)
     loss_agg_mode = "sequence-mean-token-mean" if loss_agg_mode is None else loss_agg_mode
     _check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
@@ -179,6 +167,38 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
         epsilon = GSPO_EPSILON if epsilon is None else epsilon
         epsilon_high = GSPO_EPSILON_HIGH if epsilon_high is None else epsilon_high
     lo, hi = 1.0 - epsilon, 1.0 + epsilon_high
+    return loss_agg_mode, lo, hi
+
+# %% ../nbs/09_losses.ipynb #0add835c
+def _gspo_loss(log_ratio, w, adv, lo: float, hi: float, is_weights):
+    "(loss, ratio s [B], advantages [B], weights [B]) of sequence-level GSPO (eq. 5): one clipped ratio per sequence."
+    if adv.ndim != 1: raise ValueError("loss_algo='gspo' needs one advantage per sequence: advantages [B]")
+    n = w.sum(-1)                                                        # [B]
+    s = jnp.exp(jnp.clip(log_ratio.sum(-1) / jnp.maximum(n, 1.0), -LOG_RATIO_CLIP, LOG_RATIO_CLIP))  # [B]
+    per_seq = jnp.maximum(-adv * s, -adv * jnp.clip(s, lo, hi))          # [B]
+    if is_weights is not None:                                           # a sequence's mean weight
+        iw = jnp.broadcast_to(jax.lax.stop_gradient(jnp.asarray(is_weights, jnp.float32)), w.shape)
+        per_seq = per_seq * (iw * w).sum(-1) / jnp.maximum(n, 1.0)
+    loss = jnp.where(n > 0, per_seq, 0.0).mean()
+    return loss, s, adv, (n > 0).astype(jnp.float32)
+
+# %% ../nbs/09_losses.ipynb #23e13da0
+def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled tokens (float32 log-softmax)
+                old_per_token_logps,          # [B, T] log π_old of the same tokens; None: sg[per_token_logps]
+                advantages,                   # [B] per sequence ([B, T] per token allowed for grpo / gspo-token)
+                completion_mask,              # [B, T] 1 on completion tokens
+                *,
+                loss_algo: str = "grpo",      # 'grpo' | 'gspo' | 'gspo-token' | 'cispo' | 'sapo'
+                epsilon: float | None = None,       # lower clip; None: 0.2 (grpo), 3e-4 (gspo*), 1 (cispo); sapo: unused
+                epsilon_high: float | None = None,  # upper clip; None: epsilon (grpo), 4e-4 (gspo*), 4 (cispo)
+                loss_agg_mode: str | None = None,   # None: 'sequence-mean-token-mean'
+                max_completion_length: int | None = None,  # L_max for 'sequence-mean-token-sum-norm'
+                is_weights=None,              # [B, T] or [B, 1] rollout-correction weights (constants); None: 1
+                sapo_temperature_pos: float = SAPO_TAU_POS,   # SAPO's τ where Â > 0
+                sapo_temperature_neg: float = SAPO_TAU_NEG,   # SAPO's τ where Â <= 0
+                ) -> tuple[jax.Array, dict]:  # scalar float32 loss, metrics of scalars
+    "Policy loss (to minimise) of GRPO/DAPO/Dr.GRPO, GSPO/GSPO-token, CISPO or SAPO, and clip/ratio metrics."
+    loss_agg_mode, lo, hi = _clip_range(loss_algo, loss_agg_mode, epsilon, epsilon_high, max_completion_length)
 
     valid = jnp.asarray(completion_mask) > 0                               # [B, T]
     w = valid.astype(jnp.float32)
@@ -191,15 +211,7 @@ def policy_loss(per_token_logps,              # [B, T] log πθ of the sampled t
         raise ValueError(f"advantages must be [B] or [B, T] with B={logp.shape[0]}, got shape {adv.shape}")
 
     if loss_algo == "gspo":
-        if adv.ndim != 1: raise ValueError("loss_algo='gspo' needs one advantage per sequence: advantages [B]")
-        n = w.sum(-1)                                                        # [B]
-        s = jnp.exp(jnp.clip(log_ratio.sum(-1) / jnp.maximum(n, 1.0), -LOG_RATIO_CLIP, LOG_RATIO_CLIP))  # [B]
-        per_seq = jnp.maximum(-adv * s, -adv * jnp.clip(s, lo, hi))          # [B]
-        if is_weights is not None:                                           # a sequence's mean weight
-            iw = jnp.broadcast_to(jax.lax.stop_gradient(jnp.asarray(is_weights, jnp.float32)), w.shape)
-            per_seq = per_seq * (iw * w).sum(-1) / jnp.maximum(n, 1.0)
-        loss = jnp.where(n > 0, per_seq, 0.0).mean()
-        ratio, a, sw = s, adv, (n > 0).astype(jnp.float32)
+        loss, ratio, a, sw = _gspo_loss(log_ratio, w, adv, lo, hi, is_weights)
     else:
         if loss_algo == "gspo-token":
             n = w.sum(-1, keepdims=True)                                     # [B, 1]

@@ -29,6 +29,7 @@ __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', '
 # %% ../nbs/01_model.ipynb #16de08a8
 LayerType = Literal["full", "sliding"]
 
+# %% ../nbs/01_model.ipynb #41b05f12
 @dataclass(frozen=True)
 class ModelConfig:
     "Shapes and arithmetic of a decoder-only transformer; each field matches a field of the HF config.json."
@@ -304,6 +305,34 @@ REMAT_POLICIES = {                   # what the backward keeps of each layer (Ma
     "save_qkv_proj": _CP.save_only_these_names("query_proj", "key_proj", "value_proj"),
     "save_out_proj": _CP.save_only_these_names("out_proj")}
 
+# %% ../nbs/01_model.ipynb #2e9cd126
+def _attention_tables(cfg: ModelConfig, T: int, positions, segment_ids, cache: dict | None, dt):
+    """(full mask, sliding-window mask, (cos, sin) of full layers, (cos, sin) of sliding layers, the key slots'
+    segment ids) of a forward pass over T new tokens, written after `cache`'s `end` (None: no cache)."""
+    q_slots = jnp.arange(T) if cache is None else cache["end"] + jnp.arange(T)
+    if cache is None: kv_slots, kv_seg = q_slots, segment_ids
+    else:
+        kv_slots = jnp.arange(cache["segment_ids"].shape[1])
+        kv_seg = jax.lax.dynamic_update_slice(cache["segment_ids"], segment_ids.astype(cache["segment_ids"].dtype),
+                                              (0, cache["end"]))
+    full = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, None)
+    slide = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, cfg.sliding_window) if cfg.sliding_window else full
+    inv = layer_inv_freqs(cfg)
+    cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
+    cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
+    return full, slide, (cos_g, sin_g), (cos_l, sin_l), kv_seg
+
+# %% ../nbs/01_model.ipynb #8c5c043f
+def _layer_params(model: Decoder, lora: dict | None) -> dict:
+    "The stacked layer weights the scan runs over: projections in matmul_dtype, the rest in dtype, and LoRA terms."
+    dt = model.dtype
+    mm = model.matmul_dtype or dt
+    layer_params = {k: getattr(model, k)[...].astype(mm if k in PROJ_KEYS else dt)
+                    for k in LAYER_KEYS if hasattr(model, k)}
+    for k, (a, b) in (lora or {}).items():
+        layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
+    return layer_params
+
 # %% ../nbs/01_model.ipynb #d8bee8c9
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
@@ -343,22 +372,8 @@ class Decoder(nnx.Module):
         cfg, dt = self.cfg, self.dtype
         B, T = tokens.shape
         x = self.embed_tokens(tokens)
-        q_slots = jnp.arange(T) if cache is None else cache["end"] + jnp.arange(T)
-        if cache is None: kv_slots, kv_seg = q_slots, segment_ids
-        else:
-            kv_slots = jnp.arange(cache["segment_ids"].shape[1])
-            kv_seg = jax.lax.dynamic_update_slice(cache["segment_ids"], segment_ids.astype(cache["segment_ids"].dtype),
-                                                  (0, cache["end"]))
-        full = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, None)
-        slide = attention_mask(q_slots, kv_slots, segment_ids, kv_seg, cfg.sliding_window) if cfg.sliding_window else full
-        inv = layer_inv_freqs(cfg)
-        cos_g, sin_g = rope_cos_sin(positions, inv[False], dt)
-        cos_l, sin_l = rope_cos_sin(positions, inv[True], dt) if cfg.rope_local_theta is not None else (cos_g, sin_g)
-        mm = self.matmul_dtype or dt
-        layer_params = {k: getattr(self, k)[...].astype(mm if k in PROJ_KEYS else dt)
-                        for k in LAYER_KEYS if hasattr(self, k)}
-        for k, (a, b) in (lora or {}).items():
-            layer_params[k + "_lora_a"], layer_params[k + "_lora_b"] = a.astype(dt), b.astype(dt)
+        full, slide, (cos_g, sin_g), (cos_l, sin_l), kv_seg = _attention_tables(cfg, T, positions, segment_ids, cache, dt)
+        layer_params = _layer_params(self, lora)
         sliding = jnp.asarray(cfg.is_sliding)
 
         def body(x, xs):

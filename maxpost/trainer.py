@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from fastcore.basics import patch
 
 from .config import output_dir
 from .checkpoint import load_any, save_checkpoint
@@ -109,11 +110,13 @@ class Trainer:
         updates, opt_state = self.opt.update(grads, state["opt_state"], state["params"])
         return optax.apply_updates(state["params"], updates), opt_state
 
-    def merged_params(self, state: dict) -> dict:
-        "Full model weights as numpy on every process (LoRA folded into the dequantized base), in weight_dtype."
-        lora = self.cfg.use_lora
-        p = merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale) if lora else state["params"]
-        return {k: process_allgather(v) for k, v in p.items()}
+# %% ../nbs/04d_trainer.ipynb #d59322ac
+@patch
+def merged_params(self: Trainer, state: dict) -> dict:
+    "Full model weights as numpy on every process (LoRA folded into the dequantized base), in weight_dtype."
+    lora = self.cfg.use_lora
+    p = merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale) if lora else state["params"]
+    return {k: process_allgather(v) for k, v in p.items()}
 
 # %% ../nbs/04d_trainer.ipynb #b61d80aa
 def _grads(self, params, frozen, batch):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+from fastcore.basics import patch
 
 from .checkpoint import (HF_GLOBAL, config_from_hf, config_to_hf, hf_layer_names, is_checkpoint,
                                 load_checkpoint, maxpost_to_hf_layer, read_checkpoint_meta)
@@ -102,6 +103,25 @@ def _reload_pairs(worker, pairs):
     "Worker-side sync for a multi-process engine: the (name, tensor) pairs arrive as lists."
     worker.reload_weights(weights_iterator=((n, t) for n, t in pairs), is_checkpoint_format=True)
 
+# %% ../nbs/06b_vllm_engine.ipynb #87ad0735
+def _engine_model(model, tokenizer, model_name):
+    "(cfg, initial params or None, HF folder or None, tokenizer) of a VLLMEngine's `model` argument."
+    initial = None                                   # params of a Decoder or maxpost checkpoint
+    from maxpost.model import Decoder
+    if isinstance(model, Decoder):
+        cfg, initial, hf_dir = model.cfg, model, None
+    elif isinstance(model, (str, Path)) and (Path(model) / "maxpost.json").exists():
+        initial, cfg, _ = load_checkpoint(model, model_name)
+        hf_dir = None
+        if tokenizer is None: tokenizer = load_tokenizer(model)
+    elif isinstance(model, (str, Path)) and (Path(model) / "config.json").exists():
+        hf_dir = Path(model)
+        cfg = config_from_hf(json.loads((hf_dir / "config.json").read_text()))
+        if tokenizer is None: tokenizer = load_tokenizer(hf_dir)
+    else:
+        raise ValueError(f"VLLMEngine needs an HF model folder, a maxpost checkpoint folder or a Decoder, got {model!r}")
+    return cfg, initial, hf_dir, tokenizer
+
 # %% ../nbs/06b_vllm_engine.ipynb #423c38ee
 class VLLMEngine:
     "The `Engine` interface over a vLLM `LLM`: token-id prompts, raw log-probs, seeded samples, in-memory weight sync."
@@ -127,20 +147,7 @@ class VLLMEngine:
         self.multiprocessing, self.max_model_len = bool(multiprocessing), int(max_model_len)
         self._tmp, self.llm, self.stats = None, None, {}
         self._set_env(num_threads, omp_wait_policy)     # before anything imports torch
-        initial = None                                   # params of a Decoder or maxpost checkpoint
-        from maxpost.model import Decoder
-        if isinstance(model, Decoder):
-            self.cfg, initial, hf_dir = model.cfg, model, None
-        elif isinstance(model, (str, Path)) and (Path(model) / "maxpost.json").exists():
-            initial, self.cfg, _ = load_checkpoint(model, model_name)
-            hf_dir = None
-            if tokenizer is None: tokenizer = load_tokenizer(model)
-        elif isinstance(model, (str, Path)) and (Path(model) / "config.json").exists():
-            hf_dir = Path(model)
-            self.cfg = config_from_hf(json.loads((hf_dir / "config.json").read_text()))
-            if tokenizer is None: tokenizer = load_tokenizer(hf_dir)
-        else:
-            raise ValueError(f"VLLMEngine needs an HF model folder, a maxpost checkpoint folder or a Decoder, got {model!r}")
+        self.cfg, initial, hf_dir, tokenizer = _engine_model(model, tokenizer, model_name)
         self.tokenizer = tokenizer
         self.stop_token_ids = tuple(stop_token_ids) if stop_token_ids is not None else default_stop_token_ids(tokenizer)
         vllm = import_vllm()
@@ -162,102 +169,112 @@ class VLLMEngine:
         self.stats["init_seconds"] = time.perf_counter() - t0
         if self._tmp is not None: (hf_dir / "model.safetensors").unlink()   # vLLM has read it
 
-    def _set_env(self, num_threads, omp_wait_policy):
-        "Environment that vLLM (and OpenMP, when it starts) reads."
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if self.multiprocessing else "0"
-        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")      # the worker may use every core
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        if omp_wait_policy: os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy)
-        if self.multiprocessing: os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"   # sync_weights' callable
-        else: os.environ.setdefault("OMP_NUM_THREADS", str(int(num_threads or len(os.sched_getaffinity(0)))))
-
-    def _set_threads(self, num_threads):
-        "In process: torch computes on `num_threads` threads (vLLM would cut it to 1 unless OMP_NUM_THREADS is set)."
-        import torch
-        torch.set_num_threads(int(num_threads or os.environ["OMP_NUM_THREADS"]))
-
-    # -- weights ---------------------------------------------------------------------------------------------------
-    @property
-    def torch_dtype(self):
-        import torch
-        return getattr(torch, self.dtype)
-
-    def sync_weights(self, params) -> None:
-        "Load `params` (maxpost names and layouts: a Decoder, nnx.State or name → array dict) into the running engine."
-        params = check_params(_param_arrays(params), self.cfg)
-        t0 = time.perf_counter()
-        pairs = ((name, to_torch(w, self.torch_dtype)) for name, w in hf_weights(params, self.cfg))
-        if self.multiprocessing: self.llm.collective_rpc(_reload_pairs, args=(list(pairs),))
-        else: self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=pairs, is_checkpoint_format=True))
-        self.llm.reset_prefix_cache()                    # cached KV blocks hold the old weights' keys and values
-        self.stats["sync_seconds"] = time.perf_counter() - t0
-
-    # -- generation ------------------------------------------------------------------------------------------------
-    def _vllm_params(self, sp: SamplingParams, stream_id: int, **extra):
-        from vllm import SamplingParams as VSP
-        stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
-        greedy = sp.temperature == 0                     # vLLM refuses n > 1 when greedy: one sample, copied
-        return VSP(n=1 if greedy else sp.n, temperature=float(sp.temperature), top_k=int(sp.top_k),
-                   top_p=float(sp.top_p), max_tokens=int(sp.max_tokens),
-                   stop_token_ids=list(stop), logprobs=0, seed=None if greedy else request_seed(sp.seed, stream_id),
-                   ignore_eos=True,                      # else vLLM adds generation_config's EOS ids
-                   stop=list(sp.stop or ()), include_stop_str_in_output=True, detokenize=bool(sp.stop), **extra)
-
-    def generate(self, prompts, params: SamplingParams | None = None, *,
-                 stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
-        """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
-        stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
-        sp = params or SamplingParams()
-        if sp.sampling_logprobs and self.logprobs_mode != "processed_logprobs":
-            raise ValueError("sampling_logprobs=True needs VLLMEngine(logprobs_mode='processed_logprobs'): vLLM returns "
-                             "one kind of log-prob per engine, and this one returns raw log-probs")
-        from vllm.inputs import TokensPrompt
-        ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
-        streams = check_stream_ids(stream_ids, len(ids))
-        for i, p in enumerate(ids):
-            if len(p) + sp.max_tokens > self.max_model_len:
-                raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the engine's "
-                                 f"max_model_len={self.max_model_len}")
-        stop = set(sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids)
-        t0 = time.perf_counter()
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids],
-                                 [self._vllm_params(sp, s) for s in streams], use_tqdm=self.progress)
-        dt = time.perf_counter() - t0
-        res, texts_in = [], []
-        for i, out in enumerate(outs):
-            comps = sorted(out.outputs, key=lambda c: c.index)
-            if len(comps) == 1 and sp.n > 1: comps = comps * sp.n        # greedy: the one sample, n times
-            for j, c in enumerate(comps):
-                toks = list(c.token_ids)
-                lps = np.array([pos[t].logprob for pos, t in zip(c.logprobs, toks)], np.float32)
-                reason = "stop" if toks and toks[-1] in stop and c.finish_reason == "stop" else "length"
-                texts_in.append(toks[:-1] if reason == "stop" else toks)
-                res.append(GenerationResult(prompt_index=i, sample_index=j, prompt_token_ids=ids[i], token_ids=toks,
-                                            text="", logprobs=lps, finish_reason=reason,
-                                            sampling_logprobs=lps.copy() if sp.sampling_logprobs else None))
-        if self.tokenizer is not None:
-            for r, text in zip(res, self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)): r.text = text
-        apply_stop_strings(res, self.tokenizer, sp.stop)   # vLLM stopped; this cuts maxpost's decoded text alike
-        ntok = sum(len(r.token_ids) for r in res)
-        self.stats.update(tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
-        return res
-
-    def prompt_logprobs(self, sequences) -> list[np.ndarray]:
-        "Raw log π(x_t | x_<t) for t = 1..len-1 of each token-id sequence (teacher forcing: the prompt's log-probs)."
-        from vllm.inputs import TokensPrompt
-        ids = encode_prompts(sequences, self.tokenizer, self.cfg.vocab_size)
-        vsp = self._vllm_params(SamplingParams(temperature=0.0, max_tokens=1, stop_token_ids=()), 0, prompt_logprobs=0)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], vsp, use_tqdm=False)
-        return [np.array([pos[t].logprob for pos, t in zip(o.prompt_logprobs[1:], p[1:])], np.float32)
-                for o, p in zip(outs, ids)]
-
-    def close(self):
-        "Shut the engine down and remove its temporary config folder."
-        if self.llm is not None:
-            try: self.llm.llm_engine.engine_core.shutdown()
-            except Exception: pass
-            self.llm = None
-        if self._tmp is not None: shutil.rmtree(self._tmp, ignore_errors=True); self._tmp = None
-
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+# %% ../nbs/06b_vllm_engine.ipynb #b05a4808
+@patch
+def _set_env(self: VLLMEngine, num_threads, omp_wait_policy):
+    "Environment that vLLM (and OpenMP, when it starts) reads."
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if self.multiprocessing else "0"
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")      # the worker may use every core
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if omp_wait_policy: os.environ.setdefault("OMP_WAIT_POLICY", omp_wait_policy)
+    if self.multiprocessing: os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"   # sync_weights' callable
+    else: os.environ.setdefault("OMP_NUM_THREADS", str(int(num_threads or len(os.sched_getaffinity(0)))))
+
+@patch
+def _set_threads(self: VLLMEngine, num_threads):
+    "In process: torch computes on `num_threads` threads (vLLM would cut it to 1 unless OMP_NUM_THREADS is set)."
+    import torch
+    torch.set_num_threads(int(num_threads or os.environ["OMP_NUM_THREADS"]))
+
+# %% ../nbs/06b_vllm_engine.ipynb #ae15af87
+@patch(as_prop=True)
+def torch_dtype(self: VLLMEngine):
+    import torch
+    return getattr(torch, self.dtype)
+
+@patch
+def sync_weights(self: VLLMEngine, params) -> None:
+    "Load `params` (maxpost names and layouts: a Decoder, nnx.State or name → array dict) into the running engine."
+    params = check_params(_param_arrays(params), self.cfg)
+    t0 = time.perf_counter()
+    pairs = ((name, to_torch(w, self.torch_dtype)) for name, w in hf_weights(params, self.cfg))
+    if self.multiprocessing: self.llm.collective_rpc(_reload_pairs, args=(list(pairs),))
+    else: self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=pairs, is_checkpoint_format=True))
+    self.llm.reset_prefix_cache()                    # cached KV blocks hold the old weights' keys and values
+    self.stats["sync_seconds"] = time.perf_counter() - t0
+
+# %% ../nbs/06b_vllm_engine.ipynb #637b78a3
+@patch
+def _vllm_params(self: VLLMEngine, sp: SamplingParams, stream_id: int, **extra):
+    from vllm import SamplingParams as VSP
+    stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
+    greedy = sp.temperature == 0                     # vLLM refuses n > 1 when greedy: one sample, copied
+    return VSP(n=1 if greedy else sp.n, temperature=float(sp.temperature), top_k=int(sp.top_k),
+               top_p=float(sp.top_p), max_tokens=int(sp.max_tokens),
+               stop_token_ids=list(stop), logprobs=0, seed=None if greedy else request_seed(sp.seed, stream_id),
+               ignore_eos=True,                      # else vLLM adds generation_config's EOS ids
+               stop=list(sp.stop or ()), include_stop_str_in_output=True, detokenize=bool(sp.stop), **extra)
+
+# %% ../nbs/06b_vllm_engine.ipynb #71b4ca5b
+@patch
+def generate(self: VLLMEngine, prompts, params: SamplingParams | None = None, *,
+             stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+    """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
+    stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
+    sp = params or SamplingParams()
+    if sp.sampling_logprobs and self.logprobs_mode != "processed_logprobs":
+        raise ValueError("sampling_logprobs=True needs VLLMEngine(logprobs_mode='processed_logprobs'): vLLM returns "
+                         "one kind of log-prob per engine, and this one returns raw log-probs")
+    from vllm.inputs import TokensPrompt
+    ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
+    streams = check_stream_ids(stream_ids, len(ids))
+    for i, p in enumerate(ids):
+        if len(p) + sp.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the engine's "
+                             f"max_model_len={self.max_model_len}")
+    stop = set(sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids)
+    t0 = time.perf_counter()
+    outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids],
+                             [self._vllm_params(sp, s) for s in streams], use_tqdm=self.progress)
+    dt = time.perf_counter() - t0
+    res, texts_in = [], []
+    for i, out in enumerate(outs):
+        comps = sorted(out.outputs, key=lambda c: c.index)
+        if len(comps) == 1 and sp.n > 1: comps = comps * sp.n        # greedy: the one sample, n times
+        for j, c in enumerate(comps):
+            toks = list(c.token_ids)
+            lps = np.array([pos[t].logprob for pos, t in zip(c.logprobs, toks)], np.float32)
+            reason = "stop" if toks and toks[-1] in stop and c.finish_reason == "stop" else "length"
+            texts_in.append(toks[:-1] if reason == "stop" else toks)
+            res.append(GenerationResult(prompt_index=i, sample_index=j, prompt_token_ids=ids[i], token_ids=toks,
+                                        text="", logprobs=lps, finish_reason=reason,
+                                        sampling_logprobs=lps.copy() if sp.sampling_logprobs else None))
+    if self.tokenizer is not None:
+        for r, text in zip(res, self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)): r.text = text
+    apply_stop_strings(res, self.tokenizer, sp.stop)   # vLLM stopped; this cuts maxpost's decoded text alike
+    ntok = sum(len(r.token_ids) for r in res)
+    self.stats.update(tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
+    return res
+
+# %% ../nbs/06b_vllm_engine.ipynb #0ee51890
+@patch
+def prompt_logprobs(self: VLLMEngine, sequences) -> list[np.ndarray]:
+    "Raw log π(x_t | x_<t) for t = 1..len-1 of each token-id sequence (teacher forcing: the prompt's log-probs)."
+    from vllm.inputs import TokensPrompt
+    ids = encode_prompts(sequences, self.tokenizer, self.cfg.vocab_size)
+    vsp = self._vllm_params(SamplingParams(temperature=0.0, max_tokens=1, stop_token_ids=()), 0, prompt_logprobs=0)
+    outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], vsp, use_tqdm=False)
+    return [np.array([pos[t].logprob for pos, t in zip(o.prompt_logprobs[1:], p[1:])], np.float32)
+            for o, p in zip(outs, ids)]
+
+@patch
+def close(self: VLLMEngine):
+    "Shut the engine down and remove its temporary config folder."
+    if self.llm is not None:
+        try: self.llm.llm_engine.engine_core.shutdown()
+        except Exception: pass
+        self.llm = None
+    if self._tmp is not None: shutil.rmtree(self._tmp, ignore_errors=True); self._tmp = None

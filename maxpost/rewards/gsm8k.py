@@ -65,6 +65,7 @@ class PromptTemplate:
     assistant: str                          # a solution; '{reasoning}' and '{answer}' are replaced
     format_reward: str                      # name of the built-in format reward for this template
 
+# %% ../../nbs/07c_gsm8k.ipynb #182f15d6
 PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
     "maxtext_gsm8k": PromptTemplate(
         name="maxtext_gsm8k",
@@ -89,6 +90,7 @@ PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
         format_reward="gsm8k_plain_format"),
 }
 
+# %% ../../nbs/07c_gsm8k.ipynb #1dc4b26a
 def get_template(template: str | PromptTemplate) -> PromptTemplate:
     "A template by name (or passed through)."
     if isinstance(template, PromptTemplate): return template
@@ -96,11 +98,13 @@ def get_template(template: str | PromptTemplate) -> PromptTemplate:
         raise ValueError(f"unknown prompt template {template!r}; known: {', '.join(PROMPT_TEMPLATES)}")
     return PROMPT_TEMPLATES[template]
 
+# %% ../../nbs/07c_gsm8k.ipynb #25432093
 def render_solution(example: dict, template: str | PromptTemplate = "maxtext_gsm8k") -> str:
     "A GSM8K row's solution in `template`'s assistant format."
     t = get_template(template)
     return t.assistant.format(reasoning=gsm8k_reasoning(example["answer"]), answer=format_gold(example["answer"]))
 
+# %% ../../nbs/07c_gsm8k.ipynb #96a2c382
 def build_prompt(question: str, template: str | PromptTemplate = "maxtext_gsm8k", few_shot: int = 0,
                  few_shot_examples: Sequence[dict] | None = None, system_in_user: bool = False) -> list[dict]:
     "Chat messages for `question`: system prompt, `few_shot` solved examples as prior turns, then the question."

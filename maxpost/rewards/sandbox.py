@@ -7,6 +7,7 @@ Docs: https://maxpost.github.io/maxpost/math_verify.html.md"""
 # %% ../../nbs/07b_math_verify.ipynb #460b09f9
 from __future__ import annotations
 import importlib.util, json, logging, os, re, sys, threading, time
+from fastcore.basics import patch
 
 logger = logging.getLogger("maxpost.rewards")
 
@@ -82,32 +83,34 @@ class _MathVerifyWorker:
         line, self.buf = self.buf.split(b"\n", 1)
         return line
 
-    def compare(self, pred: str, gold: str, timeout_s: float) -> bool | None:
-        "True/False from math_verify, or None when unavailable, out of time, or it failed."
-        if not self.lock.acquire(timeout=MV_STARTUP_S + timeout_s): return None   # bounded wait for the call in progress
-        try:
-            if self.failures >= 3: return None
-            if self.proc is None or self.proc.poll() is not None:
-                self._kill(); self._spawn()
-            if not self.ready:                      # the first start, or a replacement after a timeout: wait for it
-                line = self._readline(time.monotonic() + MV_STARTUP_S)
-                if line != b"ready": raise EOFError("math_verify worker did not start")
-                self.ready = True; self.failures = 0
-            deadline = time.monotonic() + timeout_s     # the comparison's own budget starts once the worker is ready
-            self.proc.stdin.write((json.dumps([pred, gold]) + "\n").encode()); self.proc.stdin.flush()
-            line = self._readline(deadline)
-            if line is None:                                           # overran: kill, and start a replacement
-                self._kill(); self._spawn(); return None
-            return {b"1": True, b"0": False}.get(line.strip())
-        except (EOFError, OSError, ValueError) as e:
-            if not self.ready: self.failures += 1
-            self._kill()
-            if self.failures >= 3: logger.warning("math_verify worker failed to start 3 times (%s); symbolic checks are off", e)
-            return None
-        finally: self.lock.release()
-
     def close(self):
         with self.lock: self._kill()
+
+# %% ../../nbs/07b_math_verify.ipynb #f6e0384f
+@patch
+def compare(self: _MathVerifyWorker, pred: str, gold: str, timeout_s: float) -> bool | None:
+    "True/False from math_verify, or None when unavailable, out of time, or it failed."
+    if not self.lock.acquire(timeout=MV_STARTUP_S + timeout_s): return None   # bounded wait for the call in progress
+    try:
+        if self.failures >= 3: return None
+        if self.proc is None or self.proc.poll() is not None:
+            self._kill(); self._spawn()
+        if not self.ready:                      # the first start, or a replacement after a timeout: wait for it
+            line = self._readline(time.monotonic() + MV_STARTUP_S)
+            if line != b"ready": raise EOFError("math_verify worker did not start")
+            self.ready = True; self.failures = 0
+        deadline = time.monotonic() + timeout_s     # the comparison's own budget starts once the worker is ready
+        self.proc.stdin.write((json.dumps([pred, gold]) + "\n").encode()); self.proc.stdin.flush()
+        line = self._readline(deadline)
+        if line is None:                                           # overran: kill, and start a replacement
+            self._kill(); self._spawn(); return None
+        return {b"1": True, b"0": False}.get(line.strip())
+    except (EOFError, OSError, ValueError) as e:
+        if not self.ready: self.failures += 1
+        self._kill()
+        if self.failures >= 3: logger.warning("math_verify worker failed to start 3 times (%s); symbolic checks are off", e)
+        return None
+    finally: self.lock.release()
 
 # %% ../../nbs/07b_math_verify.ipynb #7b835d0c
 _MV_WORKER: _MathVerifyWorker | None = None
