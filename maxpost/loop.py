@@ -372,7 +372,7 @@ def _write(self: RunLoop, rec: dict, mf, bar) -> dict:
     "Append the record `rec` to metrics.jsonl (`mf`) and TensorBoard, show its postfix metrics on `bar`; `rec`."
     mf.write(json.dumps(rec) + "\n"); mf.flush()
     self.log_scalars(rec["step"], rec)
-    if rec["step"] % self.cfg.log_period == 0: self.writer.flush()
+    if rec["step"] % self.cfg.log_period == 0 and self.writer is not None: self.writer.flush()   # process 0 only
     bar.set_postfix({k: f"{rec[k]:.4g}" for k in self.postfix if k in rec})
     return rec
 
