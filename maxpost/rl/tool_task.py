@@ -19,7 +19,7 @@ from .env import episode_prompt_ids, observation_text, tool_rollout
 
 # %% auto #0
 __all__ = ['CALC_OPEN', 'CALC_CLOSE', 'factor_range', 'ToolDigitTokenizer', 'multiplication_rows', 'multiplication_split',
-           'demonstration', 'demonstration_batch', 'warm_start', 'evaluate_tool_use']
+           'load_multiplication', 'demonstration', 'demonstration_batch', 'warm_start', 'evaluate_tool_use']
 
 # %% ../../nbs/10f_tool_task.ipynb #ad228c1a
 def factor_range(digits: int) -> tuple[int, int]:
@@ -77,6 +77,13 @@ def multiplication_split(n_train: int, n_test: int, digits: int = 3, seed: int =
         p = tuple(int(x) for x in rng.integers(lo, hi, 2))
         if p not in seen: seen.add(p); pairs.append(p)
     return multiplication_rows(pairs[:n_train]), multiplication_rows(pairs[n_train:])
+
+# %% ../../nbs/10f_tool_task.ipynb #953fe95d
+def load_multiplication(split: str = "train", n: int | None = None, digits: int = 2, seed: int = 0) -> list[dict]:
+    "The first `n` (all when None) rows {prompt: chat messages, answer} of the 2000 train / 300 test `digits`-digit pairs."
+    if split not in ("train", "test"): raise ValueError(f"the multiplication data has splits train and test, not {split!r}")
+    rows = multiplication_split(2000, 300, digits, seed)[split == "test"]
+    return [{"prompt": r["prompt_messages"], "answer": r["answer"]} for r in rows[:n]]
 
 # %% ../../nbs/10f_tool_task.ipynb #c7c1cf13
 def demonstration(row: dict, box: ToolBox, use_tool: bool, tokenizer=None) -> tuple[list[int], list[int]]:
