@@ -1,5 +1,6 @@
 """SFT, DPO and RL on JAX's multi-process runtime, two processes on localhost (gloo collectives, `maxpost.launch`): 2 processes ×
-4 CPU devices train exactly like 1 process × 8 devices, DPO and GRPO on 2 × 2 like 1 × 4 (also with rollout_mode=one_step_off); a run whose process 1 is SIGKILLed resumes with the same
+4 CPU devices train exactly like 1 process × 8 devices, DPO and GRPO on 2 × 2 like 1 × 4 (also with rollout_mode=one_step_off), multi-turn
+GRPO with the calculator on 2 × 1 like 1 × 2; a run whose process 1 is SIGKILLed resumes with the same
 launch and logs the uninterrupted run's losses; bad multi-process input ends with one error line; a single TPU host (its
 environment as JAX sees it on a one-chip v5e container, no metadata server) trains as one process."""
 import json, os, signal, subprocess, sys, time
@@ -350,3 +351,6 @@ def test_tool_rl_two_processes_like_one(tool_ckpt, tmp_path):
     assert all(m["tools/turns_mean"] > 1 for m in one_m) and any(m["reward_std"] > 0 for m in one_m)
     for f in ("eval_before.json", "eval_after.json"):
         assert json.loads((tmp_path / "one" / f).read_text()) == json.loads((tmp_path / "two" / f).read_text()), f
+    ev = json.loads((tmp_path / "two" / "eval_before.json").read_text())    # the evaluation played episodes, with the tools
+    assert ev["tools/turns_mean"]["mean"] > 1 and ev["tools/call_rate"]["lo"] <= ev["tools/call_rate"]["mean"], ev
+    assert "tools/malformed_rate" in ev and ev["digits"]["hi"] is not None, ev

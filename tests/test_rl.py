@@ -1,6 +1,6 @@
 """RL end to end on a tiny model: GRPO and GSPO raise the accuracy of an SFT'd tiny llama on single-digit additions by
 well above the measured evaluation noise; num_iterations=2 uses the true old log-probs (ratio ≠ 1); the command
-resumes exactly after SIGKILL (run with loss_algo=gspo-token, the seed's command); bad input fails before compute;
+resumes exactly after SIGKILL (run with loss_algo=gspo-token, the seed's command, and multi-turn with the calculator); bad input fails before compute;
 CISPO, SAPO, REINFORCE++(-baseline), ReMax, the entropy bonus and normalize_then_sum each train a step."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
