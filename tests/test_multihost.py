@@ -344,9 +344,13 @@ def test_tool_rl_two_processes_like_one(tool_ckpt, tmp_path):
                   "tools/call_rate", "tools/malformed_rate", "tools/turns_mean"):
             assert a[k] == b[k], (a["step"], k, a[k], b[k])                 # the same episodes, the same rewards
         # each process packs its own episodes, so the per-token terms (of size |advantage| · ratio ~ 0.1-1) are summed
-        # in another order: they round at that scale, not at that of the loss, a mean in which they cancel (~0.01)
+        # in another order: they round at that scale, not at that of the loss, a mean in which they cancel (~0.01).
+        # Step 1 starts from the same weights; later steps from weights that Adam moved apart (it divides by sqrt(v),
+        # so a near-zero gradient turns a rounding difference into up to a step's lr: _assert_same_training), which
+        # the gradient norm shows (measured: 1e-6, 7e-6, 1.8e-4 relative at steps 1, 2, 3)
+        tol = 1e-5 if a["step"] == 1 else 1e-3
         for k in ("loss", "pg_loss", "kl", "grad_norm", "ratio_mean"):
-            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), 1.0), (a["step"], k, a[k], b[k])
+            assert abs(a[k] - b[k]) <= tol * max(abs(a[k]), 1.0), (a["step"], k, a[k], b[k])
     # not vacuous: episodes of two turns (a call, the calculator's result, another turn), rewards that differ
     assert all(m["tools/turns_mean"] > 1 for m in one_m) and any(m["reward_std"] > 0 for m in one_m)
     for f in ("eval_before.json", "eval_after.json"):

@@ -392,8 +392,10 @@ def summarize_tools(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
            "tools/turns_mean": st(c["turns"].mean(), *bootstrap_ci(c["turns"].mean(-1), n_boot=n_boot, seed=seed))}
     bad, calls = c["malformed"].sum(-1), c["calls"].sum(-1)                # [P]
     idx = np.random.default_rng(seed).integers(0, P, (n_boot, P))          # prompts resampled with replacement
-    ratio = bad[idx].sum(-1) / np.maximum(calls[idx].sum(-1), 1)
-    out["tools/malformed_rate"] = st(bad.sum() / max(calls.sum(), 1), *np.quantile(ratio, [0.025, 0.975]))
+    with np.errstate(invalid="ignore", divide="ignore"): ratio = bad[idx].sum(-1) / calls[idx].sum(-1)
+    ratio = ratio[np.isfinite(ratio)]                                      # a resample without a call has no rate
+    lo_hi = np.quantile(ratio, [0.025, 0.975]) if ratio.size else (0.0, 0.0)
+    out["tools/malformed_rate"] = st(bad.sum() / max(calls.sum(), 1), *lo_hi)
     return out
 
 # %% ../../nbs/10b_rl_rollout.ipynb #26f46885
