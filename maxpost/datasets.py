@@ -1,4 +1,4 @@
-"""The registry of built-in datasets (`dataset_type`: gsm8k, arithmetic, addition, hf, synthetic), what each brings
+"""The registry of built-in datasets (`dataset_type`: gsm8k, arithmetic, addition, multiplication, hf, synthetic), what each brings
 (rows, columns, its own tokenizer, stop ids and rewards), the `DataKeys` every trainer's config inherits, and
 `read_rows`, the one reader of a run's rows whose errors name the key the user set.
 
@@ -35,11 +35,22 @@ class BuiltinDataset:
     rewards: dict[str, Callable] = field(default_factory=dict)   # reward names a run on it may use
     answer_metrics: bool = True                            # maxpost.evaluate's answer metrics apply (text rows)
 
+def _multiplication(split: str, n: int | None) -> list[dict]:      # maxpost.rl builds on this module: imported late
+    from maxpost.rl.tool_task import load_multiplication
+    return load_multiplication(split, n)
+
+def _tool_tokenizer():
+    from maxpost.rl.tool_task import ToolDigitTokenizer
+    return ToolDigitTokenizer()
+
 DATASETS: dict[str, BuiltinDataset] = {d.name: d for d in (
     BuiltinDataset("gsm8k", load_gsm8k, "GSM8K, shipped (maxpost.rewards.gsm8k)"),
     BuiltinDataset("arithmetic", load_arithmetic, "generated arithmetic word problems (maxpost.arithmetic)"),
     BuiltinDataset("addition", load_addition, "single-digit additions with their own tokenizer (maxpost.addition)",
                    ("prompt", "answer"), DigitTokenizer, (EOS,), {"addition_answer": addition_answer}, False),
+    BuiltinDataset("multiplication", _multiplication, "2-digit products, needing the calculator, with their own tokenizer "
+                   "(maxpost.rl.tool_task)", ("prompt", "answer"), _tool_tokenizer, (2,), {"addition_answer": addition_answer},
+                   False),
     BuiltinDataset("hf", None, "hf_path: a local JSON/JSONL/Parquet/CSV file or folder, or a hub id"),
     BuiltinDataset("synthetic", None, "a token-level toy task the trainer draws itself (tiny models)"),
 )}

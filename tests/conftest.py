@@ -94,3 +94,22 @@ def pytest_terminal_summary(terminalreporter):
     if secs:
         terminalreporter.section("notebook processes, slowest 25 (wall seconds)")
         for stem, s in sorted(secs.items(), key=lambda kv: -kv[1])[:25]: terminalreporter.write_line(f"{s:8.1f}s  {stem}")
+
+TOOL_DIGITS = """
+def digits(prompts, completions, **kw):
+    "A graded reward that a barely trained model already earns sometimes: the share of digits in the final turn (of 4)."
+    return [min(sum(ch.isdigit() for ch in c), 4) / 4 for c in completions]
+"""
+
+@pytest.fixture(scope="session")
+def tool_ckpt(tmp_path_factory):
+    """(checkpoint, reward file) for multi-turn tool RL on `dataset_type=multiplication`: the tiny llama after 20 SFT steps
+    on calculator episodes (maxpost.rl.tool_task.warm_start), enough that about 2 in 3 of its sampled episodes call the
+    calculator (a second turn), mostly with a malformed call; `digits`, a graded reward it earns sometimes."""
+    from maxpost.checkpoint import save_checkpoint
+    from maxpost.model import model_config
+    from maxpost.rl.tool_task import multiplication_split, warm_start
+    d = tmp_path_factory.mktemp("tool_sft")
+    params = warm_start(multiplication_split(2000, 300, 2, 0)[0], steps=0, call_steps=20, batch=16, T=64)
+    (d / "digits.py").write_text(TOOL_DIGITS)
+    return save_checkpoint(d / "tiny", params, model_config("tiny-llama"), model_name="tiny-llama"), d / "digits.py"

@@ -1,6 +1,6 @@
 """RL end to end on a tiny model: GRPO and GSPO raise the accuracy of an SFT'd tiny llama on single-digit additions by
 well above the measured evaluation noise; num_iterations=2 uses the true old log-probs (ratio ≠ 1); the command
-resumes exactly after SIGKILL (run with loss_algo=gspo-token, the seed's command); bad input fails before compute;
+resumes exactly after SIGKILL (run with loss_algo=gspo-token, the seed's command, and multi-turn with the calculator); bad input fails before compute;
 CISPO, SAPO, REINFORCE++(-baseline), ReMax, the entropy bonus and normalize_then_sum each train a step."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
@@ -387,3 +387,29 @@ def test_cli_qlora_nf4(sft_ckpt, tmp_path):
     for m in rec:
         for k in ("loss", "grad_norm", "kl", "entropy", "reward_mean"): assert np.isfinite(m[k]), (k, m)
     print({k: round(rec[-1][k], 4) for k in ("loss", "grad_norm", "kl", "entropy", "reward_mean")})
+
+def test_tool_rl_resumes_exactly_after_sigkill(tool_ckpt, tmp_path):
+    """Multi-turn tool RL (`dataset_type=multiplication tools=calculator max_turns=2`, conftest's warm-started tiny llama):
+    4 steps uninterrupted, and a run killed by SIGKILL after its step-2 checkpoint then rerun, log identical per-step
+    metrics, tool counts included. A step's episodes all end before its update, so a checkpoint never holds a
+    half-played episode: the resumed step replays its episodes from the checkpointed RNG and data position, turn by
+    turn (the calculator is deterministic)."""
+    ckpt, digits = tool_ckpt
+    env = _env(tmp_path)
+    common = ["model_name=tiny-llama", f"load_parameters_path={ckpt}", "dataset_type=multiplication", "tools=calculator",
+              "max_turns=2", "reward_functions=addition_answer", f"reward_functions_path={digits}:digits", "batch_size=4",
+              "num_generations=4", "max_prefill_predict_length=32", "max_completion_length=16", "steps=4",
+              "checkpoint_period=2", "eval_before_after=false", "chips_per_vm=1", "enable_tqdm=false",
+              f"base_output_directory={tmp_path}"]
+    ref = _run(common + ["run_name=ref"], env)
+    ref_m = _metrics(ref["run_dir"])
+    assert all(m["tools/turns_mean"] > 1 for m in ref_m), ref_m      # episodes of two turns: not vacuous
+    kill_at(_cmd(*common, "run_name=killed"), env, tmp_path / "killed" / "checkpoints" / "2", 400)
+    assert not (tmp_path / "killed" / "checkpoints" / "4").exists()
+    res = _run(common + ["run_name=killed"], env)
+    assert res["start_step"] == 2 and res["steps"] == 4, res
+    got = _metrics(tmp_path / "killed")
+    assert [m["step"] for m in got] == [1, 2, 3, 4]
+    for a, b in zip(got, ref_m):
+        for k in a:   # timings and this process's memory are measurements, not results
+            if not k.startswith("time/") and k not in ("step_time", "peak_rss_gib"): assert a[k] == b[k], (a["step"], k, a[k], b[k])

@@ -91,7 +91,7 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
     checkpoint_max_to_keep: PosInt = 2
     key_aliases = RL_ALIASES
     # data (the keys of maxpost.datasets.DataKeys, and RL's own)
-    dataset_type: Literal["gsm8k", "arithmetic", "addition", "hf"] = "gsm8k"  # maxpost.datasets.DATASETS (synthetic: addition's former name)
+    dataset_type: Literal["gsm8k", "arithmetic", "addition", "multiplication", "hf"] = "gsm8k"  # maxpost.datasets.DATASETS (synthetic: addition's former name)
     prompt_column: str = "question"         # a built-in dataset's own when unset; unset and absent from hf data: TRL's `prompt`
     answer_column: str = "answer"           # must exist (unset and absent: TRL's `solution`); rewards get it as `answer`
     prompt_template: str = "maxtext_gsm8k"  # maxpost.rewards.PROMPT_TEMPLATES

@@ -182,15 +182,16 @@ class ScoredByRun(ToolEnv):
     def __init__(self, box: ToolBox, max_turns: int = 4): super().__init__(box, [], max_turns=max_turns)
     def reward(self, text: str) -> float: return 0.0
 
-def tool_counts(episodes: Sequence[Episode]) -> dict:
-    "Episodes, episodes with a tool call, tool calls, malformed calls and model turns of `episodes`."
+def tool_counts(episodes: Sequence[Episode], per_episode: bool = False) -> dict:
+    "Episodes, episodes with a tool call, tool calls, malformed calls and model turns of `episodes` (per_episode: lists)."
     from maxpost.tools import parse_tool_calls
     calls = [[c for t in e.texts for c in parse_tool_calls(t)] for e in episodes]
-    return {"episodes": len(episodes), "with_call": sum(1 for c in calls if c), "calls": sum(map(len, calls)),
-            "malformed": sum(1 for c in calls for x in c if "error" in x), "turns": sum(e.turns for e in episodes)}
+    per = {"with_call": [int(bool(c)) for c in calls], "calls": [len(c) for c in calls],
+           "malformed": [sum(1 for x in c if "error" in x) for c in calls], "turns": [e.turns for e in episodes]}
+    return per if per_episode else {"episodes": len(episodes), **{k: sum(v) for k, v in per.items()}}
 
 def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: int, max_length: int,
-                 stream_ids: Sequence[int]) -> tuple[list, dict]:
+                 stream_ids: Sequence[int], per_episode: bool = False) -> tuple[list, dict]:
     "(engine results, tool_counts) of `params.n` episodes per row (`prompt_messages` the first observation), prompt-major."
     G = int(params.n)
     envs = [ScoredByRun(box, max_turns) for _ in range(len(rows) * G)]
@@ -200,4 +201,4 @@ def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: 
                              max_length, sids)
     res = episode_results(eps)
     for k, r in enumerate(res): r.prompt_index, r.sample_index = k // G, k % G
-    return res, tool_counts(eps)
+    return res, tool_counts(eps, per_episode)

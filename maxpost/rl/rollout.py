@@ -21,7 +21,7 @@ from .config import RLConfig, reward_weights
 __all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_dataset', 'load_prompts', 'PromptStream',
            'round_seed', 'greedy_params', 'sampling_params', 'score', 'collect_rollout', 'OneStepOff', 'engine_logq',
            'completion_loss_mask', 'rollout_arrays', 'row_bucket', 'pack_rollout', 'evaluate_rows', 'summarize_eval',
-           'evaluate_gsm8k']
+           'summarize_tools', 'evaluate_gsm8k']
 
 # %% ../../nbs/10b_rl_rollout.ipynb #1465d5b7
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
@@ -330,8 +330,10 @@ def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, ro
 # %% ../../nbs/10b_rl_rollout.ipynb #2c89d340
 def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: float = 0.0, seed: int = 0,
                   max_tokens: int = 256, answer_column: str = "answer", top_k: int = 0, top_p: float = 1.0,
-                  stop: tuple | None = None) -> dict:
-    "Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n."
+                  stop: tuple | None = None, tools=None, max_turns: int = 1, max_length: int | None = None) -> dict:
+    """Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n.
+    tools (a maxpost.tools.ToolBox): each sample is an episode (maxpost.rl.env.tool_rollout) of at most `max_turns`
+    turns of `max_tokens` and `max_length` tokens in all, scored on its final turn, with its tool counts."""
     from maxpost.engine import SamplingParams
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p,
                         stop=stop)
@@ -339,10 +341,16 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
     mine = list(range(me, len(rows), P))          # several processes: each samples every P-th prompt, then all merge
     if not mine: raise ValueError(f"{len(rows)} eval prompts for {P} processes: each process needs at least one")
     ids = [int(rows[i].get("dataset_index", i)) for i in mine]           # each prompt's own random stream
-    res = engine.generate([rows[i]["prompt_ids"] for i in mine], sp, stream_ids=ids)
-    total, per_fn, err = score([rows[i] for i in mine], res, fns, weights, answer_column)
+    sub, counts = [rows[i] for i in mine], {}
+    if tools is None: res = engine.generate([r["prompt_ids"] for r in sub], sp, stream_ids=ids)
+    else:
+        from maxpost.rl.env import tool_rollout
+        if max_length is None: raise ValueError("evaluate_rows with tools needs max_length, an episode's token budget")
+        res, c = tool_rollout(engine, sub, sp, tools, max_turns, max_length, ids, per_episode=True)
+        counts = {f"_{k}": np.asarray(v) for k, v in c.items()}     # _with_call, _calls, _malformed, _turns
+    total, per_fn, err = score(sub, res, fns, weights, answer_column)
     out = {"total": total, **per_fn, "_lengths": np.array([len(r.token_ids) for r in res]),
-           "_truncated": np.array([r.finish_reason == "length" for r in res])}
+           "_truncated": np.array([r.finish_reason == "length" for r in res]), **counts}
     if P > 1:                                     # prompt-major [len(rows)·n] arrays in the one-process order
         from maxpost.distributed import gather_json
         parts = gather_json({k: np.asarray(v).tolist() for k, v in out.items()})
@@ -352,6 +360,7 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
         out = {k: v.reshape(-1) for k, v in full.items()}
     return out | {"_n": n}
 
+# %% ../../nbs/10b_rl_rollout.ipynb #f7007e81
 def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     "name → {mean, lo, hi, n}: 95% intervals over prompts (Wilson for one 0/1 sample per prompt, else bootstrap)."
     from maxpost.metrics import bootstrap_ci, wilson_interval
@@ -367,6 +376,26 @@ def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     P = len(scores["_lengths"]) // K
     out["completion_length_mean"] = {"mean": float(np.mean(scores["_lengths"])), "lo": None, "hi": None, "n": P}
     out["truncation_rate"] = {"mean": float(np.mean(scores["_truncated"])), "lo": None, "hi": None, "n": P}
+    return out | (summarize_tools(scores, n_boot, seed) if "_turns" in scores else {})
+
+# %% ../../nbs/10b_rl_rollout.ipynb #c6468169
+def summarize_tools(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
+    "tools/call_rate, tools/turns_mean, tools/malformed_rate of episodes' counts (evaluate_rows with tools), 95% intervals over prompts."
+    from maxpost.metrics import bootstrap_ci, wilson_interval
+    K = int(scores.get("_n", 1))
+    c = {k: np.asarray(scores[f"_{k}"], np.float64).reshape(-1, K) for k in ("with_call", "calls", "malformed", "turns")}
+    P = c["turns"].shape[0]                                               # [P, K] each
+    st = lambda m, lo, hi: {"mean": float(m), "lo": float(lo), "hi": float(hi), "n": P}
+    w = c["with_call"]
+    out = {"tools/call_rate": st(w.mean(), *(wilson_interval(int(w.sum()), w.size) if K == 1 else
+                                             bootstrap_ci(w.mean(-1), n_boot=n_boot, seed=seed))),
+           "tools/turns_mean": st(c["turns"].mean(), *bootstrap_ci(c["turns"].mean(-1), n_boot=n_boot, seed=seed))}
+    bad, calls = c["malformed"].sum(-1), c["calls"].sum(-1)                # [P]
+    idx = np.random.default_rng(seed).integers(0, P, (n_boot, P))          # prompts resampled with replacement
+    with np.errstate(invalid="ignore", divide="ignore"): ratio = bad[idx].sum(-1) / calls[idx].sum(-1)
+    ratio = ratio[np.isfinite(ratio)]                                      # a resample without a call has no rate
+    lo_hi = np.quantile(ratio, [0.025, 0.975]) if ratio.size else (0.0, 0.0)
+    out["tools/malformed_rate"] = st(bad.sum() / max(calls.sum(), 1), *lo_hi)
     return out
 
 # %% ../../nbs/10b_rl_rollout.ipynb #26f46885

@@ -1,6 +1,6 @@
 """Multiplication of long numbers, which a tiny model cannot learn to do in its head but can do with the calculator:
 its tokenizer (the calculator call and the chat markers as single tokens), rows, solved episodes for an SFT warm
-start, and the evaluation of episodes (accuracy with its 95% interval, tool-call rate, malformed calls, turns).
+start, and the task as `dataset_type=multiplication` for the command line.
 
 Docs: https://maxpost.github.io/maxpost/tool_task.html.md"""
 
@@ -15,11 +15,11 @@ import numpy as np
 
 from ..tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolBox, load_tools, run_tool_calls
 from ..addition import addition_answer
-from .env import episode_prompt_ids, observation_text, tool_rollout
+from .env import episode_prompt_ids, observation_text
 
 # %% auto #0
 __all__ = ['CALC_OPEN', 'CALC_CLOSE', 'factor_range', 'ToolDigitTokenizer', 'multiplication_rows', 'multiplication_split',
-           'demonstration', 'demonstration_batch', 'warm_start', 'evaluate_tool_use']
+           'load_multiplication', 'demonstration', 'demonstration_batch', 'warm_start']
 
 # %% ../../nbs/10f_tool_task.ipynb #ad228c1a
 def factor_range(digits: int) -> tuple[int, int]:
@@ -78,6 +78,13 @@ def multiplication_split(n_train: int, n_test: int, digits: int = 3, seed: int =
         if p not in seen: seen.add(p); pairs.append(p)
     return multiplication_rows(pairs[:n_train]), multiplication_rows(pairs[n_train:])
 
+# %% ../../nbs/10f_tool_task.ipynb #953fe95d
+def load_multiplication(split: str = "train", n: int | None = None, digits: int = 2, seed: int = 0) -> list[dict]:
+    "The first `n` (all when None) rows {prompt: chat messages, answer} of the 2000 train / 300 test `digits`-digit pairs."
+    if split not in ("train", "test"): raise ValueError(f"the multiplication data has splits train and test, not {split!r}")
+    rows = multiplication_split(2000, 300, digits, seed)[split == "test"]
+    return [{"prompt": r["prompt_messages"], "answer": r["answer"]} for r in rows[:n]]
+
 # %% ../../nbs/10f_tool_task.ipynb #c7c1cf13
 def demonstration(row: dict, box: ToolBox, use_tool: bool, tokenizer=None) -> tuple[list[int], list[int]]:
     "(token ids, loss mask) of a solved episode of `row`: calculator call, result, answer (`use_tool`), else the answer."
@@ -126,21 +133,3 @@ def warm_start(rows: Sequence[dict], p_tool: float = 0.25, steps: int = 100, cal
             st, _ = tr.step(st, demonstration_batch(demos, T))
         params = tr.merged_params(st)
     return params
-
-# %% ../../nbs/10f_tool_task.ipynb #05d807df
-def evaluate_tool_use(engine, rows: Sequence[dict], box: ToolBox, fns: Sequence[Callable] = (addition_answer,),
-                      max_turns: int = 2, max_tokens: int = 32, max_length: int | None = None,
-                      temperature: float = 1.0, seed: int = 0) -> dict:
-    "accuracy (lo, hi: Wilson 95%), call_rate, malformed_rate, turns_mean and n of one sampled episode per row."
-    from maxpost.engine import SamplingParams
-    from maxpost.metrics import wilson_interval
-    from maxpost.rl.rollout import score
-    max_length = max_length or max(len(r["prompt_ids"]) for r in rows) + max_tokens
-    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=1, seed=seed)
-    res, c = tool_rollout(engine, rows, sp, box, max_turns, max_length, [int(r.get("dataset_index", i)) for i, r in enumerate(rows)])
-    total = np.asarray(score(list(rows), res, list(fns), [1.0] * len(fns))[0], np.float64)
-    if not np.all((total == 0) | (total == 1)): raise ValueError("evaluate_tool_use needs a 0/1 reward (one function)")
-    lo, hi = wilson_interval(int(total.sum()), len(total))
-    return {"accuracy": float(total.mean()), "lo": float(lo), "hi": float(hi), "n": len(total),
-            "call_rate": c["with_call"] / c["episodes"], "malformed_rate": c["malformed"] / max(c["calls"], 1),
-            "turns_mean": c["turns"] / c["episodes"]}

@@ -40,7 +40,7 @@ from .rollout import (OneStepOff, PromptStream, collect_rollout, check_dataset, 
                                 ROW_KEYS)
 
 # %% auto #0
-__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'load_policy_base',
+__all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'evaluate_policy', 'load_policy_base',
            'make_rollout_engine', 'before_after_table', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
@@ -302,6 +302,22 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
                for i, r in enumerate(kept_res)]            # this process's own
     return state, out, samples
 
+# %% ../../nbs/10c_rl_trainer.ipynb #88f0ad16
+def evaluate_policy(cfg: RLConfig, engine, rows: list, fns, weights, seed: int = 0, tokenizer=None, out_dir=None) -> dict:
+    "name → {mean, lo, hi, n} of the run's rewards on `rows` (episodes with the tools on a multi-turn run), with 95% intervals."
+    tools = None
+    if cfg.multi_turn:
+        from maxpost.tools import load_tools
+        tools = load_tools(cfg.tools, cfg.tools_path)
+    scores = evaluate_rows(engine, rows, fns, weights, cfg.num_eval_passes, cfg.eval_temperature, seed,
+                           cfg.max_completion_length, cfg.answer_column, top_k=cfg.eval_top_k, top_p=cfg.eval_top_p,
+                           stop=cfg.stop_strings, tools=tools, max_turns=cfg.max_turns,
+                           max_length=cfg.max_prefill_predict_length + cfg.max_completion_length)
+    out = summarize_eval(scores)
+    if get_dataset(cfg.dataset_type).answer_metrics and not cfg.multi_turn and out_dir is not None:
+        out |= evaluate_gsm8k(engine, tokenizer, rows, cfg, seed, out_dir)
+    return out
+
 # %% ../../nbs/10c_rl_trainer.ipynb #50ec98e7
 def load_policy_base(cfg: RLConfig, mesh=None):
     "(model config, base params, tokenizer) of the run (`maxpost.trainer.load_base`); a checkpoint of another model raises."
@@ -390,14 +406,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     run = RunLoop(cfg, trainer.init_state(), off or stream, desc="rl", postfix=("reward_mean", "kl", "entropy"))
     start, run_dir = run.restore(), run.run_dir
     engine = make_rollout_engine(cfg, trainer, run.state, tok)
-    def ev(seed, tag):
-        "The run's reward functions on the eval rows, plus maxpost.evaluate's GSM8K metrics for question/answer data."
-        out = summarize_eval(evaluate_rows(engine, eval_rows, fns, weights, cfg.num_eval_passes,
-                                           cfg.eval_temperature, seed, cfg.max_completion_length, cfg.answer_column,
-                                           top_k=cfg.eval_top_k, top_p=cfg.eval_top_p, stop=cfg.stop_strings))
-        if get_dataset(cfg.dataset_type).answer_metrics:
-            out |= evaluate_gsm8k(engine, tok, eval_rows, cfg, seed, run_dir / f"eval_{tag}")
-        return out
+    ev = lambda seed, tag: evaluate_policy(cfg, engine, eval_rows, fns, weights, seed, tok, run_dir / f"eval_{tag}")
     before = None
     if cfg.eval_before_after:
         bp = run_dir / "eval_before.json"           # process 0's files decide, for every process
