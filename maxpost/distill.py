@@ -23,7 +23,7 @@ from .addition import EOS, DigitTokenizer, addition_split
 from .checkpoint import load_any
 from .config import ConfigError, PosInt, error_line, user_errors
 from .distill_losses import DistillKeys, distill_loss, distill_token_losses, offline_distill_loss
-from .distill_onpolicy import OnPolicyKeys, Resampler, batch_kind, sample_seed
+from .distill_onpolicy import OnPolicyKeys, Resampler, batch_kind, sample_seed, stop_ids
 from .distributed import is_main_process, process_allgather
 from .head_loss import head_tiles, head_weight
 from .lora import place_weight
@@ -35,7 +35,7 @@ from .trainer import Trainer, load_base, run_training, start_run
 
 # %% auto #0
 __all__ = ['DISTILL_LOSSES', 'DistillConfig', 'divergence_beta', 'teacher_key', 'check_teacher', 'load_teacher', 'DistillTrainer',
-           'evaluate', 'addition_examples', 'load_examples', 'stop_ids', 'train']
+           'evaluate', 'addition_examples', 'load_examples', 'train']
 
 # %% ../nbs/05f_distill.ipynb #924e3feb
 DISTILL_LOSSES = {"forward_kl": 0.0, "reverse_kl": 1.0, "jsd": None}   # distill_loss → GKD's β (None: distill_jsd_beta)
@@ -242,14 +242,6 @@ def load_examples(cfg: DistillConfig, mcfg: ModelConfig, tokenizer_dir, split: s
     return ex
 
 # %% ../nbs/05f_distill.ipynb #d94388b4
-def stop_ids(cfg: DistillConfig, tokenizer_dir) -> tuple:
-    "Where sampled completions end: the built-in task's stop ids, else the tokenizer's EOS ids (none without one)."
-    from maxpost.datasets import get_dataset
-    from maxpost.engine import default_stop_token_ids, load_tokenizer
-    own = get_dataset(cfg.dataset_type).stop_token_ids
-    if own is not None: return tuple(own)
-    return default_stop_token_ids(load_tokenizer(tokenizer_dir)) if tokenizer_dir is not None else ()
-
 def train(cfg: DistillConfig) -> dict:
     "Run (or resume) distillation as `cfg` says (`maxpost.trainer.run_training`); returns a summary."
     from tqdm.auto import tqdm

@@ -17,7 +17,7 @@ from .config import Config, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from .data import SFTExample, collate, pack_first_fit
 
 # %% auto #0
-__all__ = ['gkd_beta', 'OnPolicyKeys', 'batch_kind', 'sample_seed', 'batch_prompts', 'sampled_batch', 'Resampler']
+__all__ = ['gkd_beta', 'OnPolicyKeys', 'batch_kind', 'sample_seed', 'batch_prompts', 'sampled_batch', 'stop_ids', 'Resampler']
 
 # %% ../nbs/05i_distill_onpolicy.ipynb #affe203c
 def gkd_beta(beta) -> dict:
@@ -78,7 +78,17 @@ def sampled_batch(prompts: list, completions: list, T: int, B: int) -> tuple[dic
     bins = pack_first_fit([e.n_slots for e in ex], T)[:B]
     return collate(ex, bins, T, B), sum(map(len, bins))
 
-# %% ../nbs/05i_distill_onpolicy.ipynb #90ff5e72
+# %% ../nbs/05i_distill_onpolicy.ipynb #84d1634a
+def stop_ids(cfg, tokenizer_dir) -> tuple:
+    "Where sampled completions end: the built-in task's stop ids, else the tokenizer's EOS ids; () when nothing is sampled."
+    from maxpost.datasets import get_dataset
+    from maxpost.engine import default_stop_token_ids, load_tokenizer
+    if not (cfg.distill_on_policy_prob > 0 or cfg.distill_seq_kd): return ()
+    own = get_dataset(cfg.dataset_type).stop_token_ids
+    if own is not None: return tuple(own)
+    return default_stop_token_ids(load_tokenizer(tokenizer_dir)) if tokenizer_dir is not None else ()
+
+# %% ../nbs/05i_distill_onpolicy.ipynb #6b5d3116
 class Resampler:
     "The completions of a batch's prompts, sampled by the student or the teacher with the native engine, as a batch."
     def __init__(self, cfg: OnPolicyKeys, max_target_length: int, mcfgs: dict, dtype, weight_dtype, stop_token_ids=()):
