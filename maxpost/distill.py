@@ -23,6 +23,7 @@ from .addition import EOS, DigitTokenizer, addition_split
 from .checkpoint import load_any
 from .config import ConfigError, PosInt, error_line, user_errors
 from .distill_losses import DistillKeys, distill_loss, distill_token_losses, offline_distill_loss
+from .distill_onpolicy import OnPolicyKeys, Resampler, batch_kind, sample_seed, stop_ids
 from .distributed import is_main_process, process_allgather
 from .head_loss import head_tiles, head_weight
 from .lora import place_weight
@@ -39,8 +40,8 @@ __all__ = ['DISTILL_LOSSES', 'DistillConfig', 'divergence_beta', 'teacher_key', 
 # %% ../nbs/05f_distill.ipynb #924e3feb
 DISTILL_LOSSES = {"forward_kl": 0.0, "reverse_kl": 1.0, "jsd": None}   # distill_loss → GKD's β (None: distill_jsd_beta)
 
-class DistillConfig(DistillKeys, SFTConfig):
-    "Every key of `python -m maxpost.train_distill`: SFT's, the loss's (`DistillKeys`) and the teacher's."
+class DistillConfig(OnPolicyKeys, DistillKeys, SFTConfig):
+    "Every key of `python -m maxpost.train_distill`: SFT's, the loss's (`DistillKeys`), on-policy's (`OnPolicyKeys`) and the teacher's."
     dataset_type: Literal["gsm8k", "arithmetic", "addition", "hf", "synthetic"] = "gsm8k"   # maxpost.datasets.DATASETS
     teacher_model_name: str = ""            # the teacher's preset or tiny model (checked against its checkpoint)
     teacher_load_parameters_path: str = ""  # the teacher's weights; "": a random init of teacher_model_name
@@ -65,6 +66,13 @@ class DistillConfig(DistillKeys, SFTConfig):
             raise ConfigError(f"distill_teacher_top_k={self.distill_teacher_top_k} is read with teacher_logits_path "
                               "only (offline: the teacher's stored top-k); 0 runs the teacher online",
                               key="distill_teacher_top_k")
+        for key, on in (("distill_on_policy_prob", self.distill_on_policy_prob > 0), ("distill_seq_kd", self.distill_seq_kd)):
+            if on and self.teacher_logits_path:
+                raise ConfigError(f"{key}={getattr(self, key)} samples new completions, which the stored top-k of "
+                                  "teacher_logits_path cannot score; run the teacher online (unset teacher_logits_path)", key=key)
+            if on and not self.sft_train_on_completion_only:
+                raise ConfigError(f"{key}={getattr(self, key)} samples completions of the prompts, which needs "
+                                  "sft_train_on_completion_only=true (the prompt is what precedes the trained tokens)", key=key)
         return self
 
 def divergence_beta(cfg: DistillConfig) -> float:
@@ -109,8 +117,9 @@ class DistillTrainer(Trainer):
     """`maxpost.trainer.Trainer` with the distillation loss: the frozen teacher's forward runs inside each step, or
     (`teacher_mcfg` None: offline) its stored top-k come with each batch."""
     def __init__(self, cfg: DistillConfig, mcfg: ModelConfig, base_params: dict, teacher_mcfg: ModelConfig | None,
-                 teacher_params: dict | None, mesh=None):
-        # base_params, teacher_params: name → array (numpy or jax), maxpost layout
+                 teacher_params: dict | None, mesh=None, stop_token_ids=()):
+        # base_params, teacher_params: name → array (numpy or jax), maxpost layout; stop_token_ids: where sampled
+        # completions end (on-policy / seq_kd batches, maxpost.distill_onpolicy)
         cfg = cfg.for_backend()                          # `auto` dtypes and remat for this backend (maxpost.loop)
         mesh = mesh if mesh is not None else cfg.mesh()
         self.offline = teacher_mcfg is None
@@ -125,21 +134,40 @@ class DistillTrainer(Trainer):
                                                                             param_dtype=self.wdtype, matmul_dtype=mm)))[0]
             self.teacher_sh = tree_shardings(self.mesh, PARAM_AXES, param_shapes(teacher_mcfg))
             self.teacher = {k: place_weight(teacher_params[k], self.wdtype, s) for k, s in self.teacher_sh.items()}
-        self._step = jit_sharded(self._distill_step, self.mesh, (self.state_sh, self.frozen_sh, self.teacher_sh,
-                                 self.batch_sh), (self.state_sh, None), donate_argnums=(0,))
+        step_sh = (self.state_sh, self.frozen_sh, self.teacher_sh, self.batch_sh)
+        self._step = jit_sharded(self._distill_step, self.mesh, step_sh, (self.state_sh, None), donate_argnums=(0,))
+        self.resampler = None                            # λ > 0 or seq_kd: sampled batches, the student's at α = 1
+        if cfg.distill_on_policy_prob > 0 or cfg.distill_seq_kd:
+            self.resampler = Resampler(cfg, cfg.max_target_length, {"student": mcfg, "teacher": teacher_mcfg},
+                                       self.dtype, self.wdtype, stop_token_ids)
+            self._step_student = jit_sharded(partial(self._distill_step, alpha=1.0), self.mesh, step_sh,
+                                             (self.state_sh, None), donate_argnums=(0,))
         self.batch2_sh = batch_sharding(self.mesh)
         ev = lambda p, f, t, b: self._eval_sums(*self.model_inputs(p, f), b, t)
         self._eval = jit_sharded(ev, self.mesh, (self.param_sh, self.frozen_sh, self.teacher_sh, self.batch2_sh), None)
 
-    def _distill_step(self, state, frozen, teacher, batch):
-        "The Trainer's step, its loss closing over the teacher's weights (an argument of this program, not trained)."
-        self.loss = partial(self._loss_sums, teacher=teacher)
+    def _distill_step(self, state, frozen, teacher, batch, alpha=None):
+        """The Trainer's step, its loss closing over the teacher's weights (an argument of this program, not trained);
+        `alpha`: instead of distill_alpha (1: the divergence alone, on the student's own samples)."""
+        self.loss = partial(self._loss_sums, teacher=teacher, alpha=alpha)
         try: return self._train_step(state, frozen, batch)
         finally: self.loss = None
 
     def step(self, state: dict, batch: dict, global_batch: int | None = None) -> tuple[dict, dict]:
-        "One optimizer step on a host batch (see `Trainer.put_batch`); returns (new state, device metrics)."
-        return self._step(state, self.frozen, self.teacher, self.put_batch(batch, global_batch))
+        """One optimizer step on a host batch (see `Trainer.put_batch`); returns (new state, device metrics). With a
+        resampler, the state's step decides whose completions the batch gets (`maxpost.distill_onpolicy.batch_kind`)."""
+        if self.resampler is None: return self._step(state, self.frozen, self.teacher, self.put_batch(batch, global_batch))
+        step = int(jax.device_get(state["step"]))
+        kind, prog = batch_kind(self.cfg, step), self._step
+        extra = {"on_policy": float(kind == "student"), "sampled_prompts": 0.0, "dropped_prompts": 0.0, "sampled_tokens": 0.0}
+        if kind != "data":                               # the student's current weights, or the teacher's once
+            w = self.merged_params(state) if kind == "student" else None if "teacher" in self.resampler.engines else \
+                {k: process_allgather(v) for k, v in self.teacher.items()}
+            batch, got = self.resampler(batch, kind, sample_seed(self.cfg, step), w)
+            extra.update(got)
+            if kind == "student": prog = self._step_student
+        state, m = prog(state, self.frozen, self.teacher, self.put_batch(batch, global_batch))
+        return state, {**m, **extra}
 
     def _hidden(self, model, lora, teacher, b):
         "(student's final hidden [B, T, d], its head, teacher's hidden [B, T, d_T], its head), the teacher's frozen."
@@ -149,15 +177,15 @@ class DistillTrainer(Trainer):
         ht, _ = tm(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True)
         return h, head_weight(model), ht, head_weight(tm)
 
-    def _loss_sums(self, model, lora, batch, teacher):
-        "(Σ m·(α τ² D + (1 − α) NLL), Σ m, {soft_loss, hard_loss} sums) of one [B, T] micro-batch."
-        c = self.cfg
+    def _loss_sums(self, model, lora, batch, teacher, alpha=None):
+        "(Σ m·(α τ² D + (1 − α) NLL), Σ m, {soft_loss, hard_loss} sums) of one [B, T] micro-batch; α: `alpha` or distill_alpha."
+        c = self.cfg; a = c.distill_alpha if alpha is None else alpha
         h, w, ht, wt = self._hidden(model, lora, teacher, batch)
         if self.offline:
             return offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
-                                        batch["teacher_logprobs"], c.distill_alpha, c.distill_temperature, self.beta,
+                                        batch["teacher_logprobs"], a, c.distill_temperature, self.beta,
                                         self.mcfg.final_logit_softcapping, *self.tiles, need_dw=not c.use_lora)
-        return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], c.distill_alpha, c.distill_temperature,
+        return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], a, c.distill_temperature,
                             self.beta, self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping,
                             *self.tiles, need_dw=not c.use_lora)
 
@@ -229,7 +257,7 @@ def train(cfg: DistillConfig) -> dict:
     else: tmcfg = tparams = None; store.check_tokenizer(cfg, mcfg, tok_dir)     # no teacher to load
     train_ex, eval_ex = train_eval_examples(cfg, mcfg, tok_dir, load_examples)
     if store is not None: store.check_examples("train", train_ex); store.check_examples("eval", eval_ex)
-    trainer = DistillTrainer(cfg, mcfg, base, tmcfg, tparams, mesh)
+    trainer = DistillTrainer(cfg, mcfg, base, tmcfg, tparams, mesh, stop_token_ids=stop_ids(cfg, tok_dir))
     del base, tparams
     it = SFTDataIterator(train_ex, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, pack=cfg.packing,
                          rows=trainer.local_rows(A * B))

@@ -159,3 +159,28 @@ def test_offline_logits_resume_train_and_bad_input(tmp_path, capsys):
         rc, _, line = _main(module, TINY + args + run, capsys)
         assert rc == 2 and line.startswith(start) and says in line, (args, rc, line)
     assert not (tmp_path / "bad").exists() and not (tmp_path / "big").exists()
+
+def test_on_policy_resumes_exactly_after_sigkill(tmp_path):
+    """On-policy distillation in TRL's spelling (`lmbda=0.5`, `max_new_tokens=4`; rollout_seed 0 makes steps 3 and 6
+    the student's samples, the others the dataset's), LoRA student, random tiny-llama teacher, 6 steps: a run killed
+    after its checkpoint at step 3 and restarted logs the same 6 losses and the same sampled batches (prompt and
+    token counts) as an uninterrupted run; on the student's steps the loss is on the sampled tokens alone."""
+    env = _env(tmp_path)
+    common = TINY + ["steps=6", "checkpoint_period=3", "eval_interval=6", "save_model=false", "use_lora=true",
+                     "lora_rank=4", "teacher_model_name=tiny-llama", "lmbda=0.5", "max_new_tokens=4",
+                     f"base_output_directory={tmp_path}"]
+    ref = _run(common + ["run_name=ref"], env)
+    ref_m = _metrics(ref["run_dir"])
+    assert [m["on_policy"] for m in ref_m] == [0, 0, 1, 0, 0, 1], ref_m
+    for m in ref_m:
+        if m["on_policy"]: assert m["loss_tokens"] == m["sampled_tokens"] > 0 and m["hard_loss"] == 0, m
+        else: assert m["sampled_prompts"] == 0 and m["hard_loss"] > 0, m
+    run_dir = tmp_path / "killed"
+    kill_at(_cmd(*common, "run_name=killed"), env, run_dir / "checkpoints" / "3", 300)
+    res = _run(common + ["run_name=killed"], env)
+    assert 3 <= res["start_step"] < 6 and res["steps"] == 6, res
+    got = _metrics(run_dir)
+    assert [m["step"] for m in got] == list(range(1, 7))
+    for k in ("loss", "soft_loss", "hard_loss", "grad_norm", "on_policy", "sampled_prompts", "sampled_tokens"):
+        assert [m[k] for m in got] == [m[k] for m in ref_m], k
+    assert got[-1]["eval_distill_loss"] == ref_m[-1]["eval_distill_loss"]
