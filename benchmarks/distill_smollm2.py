@@ -3,6 +3,8 @@ distributions than from the labels alone, in the same steps on the same data?
 
     nice -n 10 python benchmarks/distill_smollm2.py [--out DIR] [--teacher PATH] [--steps N] [--keep K] [--lr LR]
         [--eval-rows N] [key=value …]          # key=value: maxpost.demo keys (the teacher's SFT, the evaluation)
+    python benchmarks/distill_smollm2.py --out DIR --teacher PATH --held-out-kl   # then: both students' held-out
+        KL(teacher ‖ student) and NLL on the 64 held-out examples the runs evaluated (`DIR/held_out_kl.json`)
 
 1. Teacher: SmolLM2-135M-Instruct after `make demo`'s SFT stage (`maxpost.demo.sft_stage`: LoRA, 8 steps of 4 × 256
    packed tokens of `maxpost.arithmetic`, merged), or the checkpoint `--teacher` names (e.g. a demo's `runs/demo/sft/model`).
@@ -56,6 +58,22 @@ def make_student(teacher: Path, dest: Path, keep: int) -> dict:
     return dict(layers=keep_layers(mcfg.num_layers, keep), teacher_layers=mcfg.num_layers,
                 teacher_params=mcfg.num_params(), student_params=smcfg.num_params())
 
+def held_out_kl(out: Path, teacher, c: DemoConfig, model_dir) -> dict:
+    "Held-out KL(teacher ‖ model) and NLL of a trained student, on the runs' held-out examples (`DistillTrainer.evaluate`)."
+    from maxpost.data import SFTDataIterator
+    from maxpost.distill import DistillConfig, DistillTrainer, load_examples, load_teacher
+    from maxpost.sft import batch_rows, train_eval_examples
+    from maxpost.trainer import load_base
+    from maxpost.train_distill import default_config as distill_yml
+    cfg = load_config(DistillConfig, [*student_args(out, model_dir, "kl_eval", 1, 1e-4, c),
+                                      f"teacher_load_parameters_path={teacher}"], base_yaml=distill_yml())
+    mcfg, params, tok = load_base(cfg); tmcfg, tparams = load_teacher(cfg, mcfg)
+    _, eval_ex = train_eval_examples(cfg, mcfg, tok, load_examples)
+    tr = DistillTrainer(cfg, mcfg, params, tmcfg, tparams)
+    B, _ = batch_rows(cfg, tr.mesh)
+    return tr.evaluate(tr.init_state(), SFTDataIterator(eval_ex, B, cfg.max_target_length, seed=0, pack=cfg.packing,
+                                                        num_epochs=1))
+
 def _ci(v): return f"{v['value']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
 
 def report(rep: dict) -> str:
@@ -96,8 +114,13 @@ def main(argv: list[str]):
     teacher = opt(argv, "--teacher", None)
     steps, keep, lr = opt(argv, "--steps", 8, int), opt(argv, "--keep", 15, int), opt(argv, "--lr", 3e-4, float)
     rows = opt(argv, "--eval-rows", 128, int)
+    kl_only = "--held-out-kl" in argv; argv = [a for a in argv if a != "--held-out-kl"]
     c = load_config(DemoConfig, [f"base_output_directory={out.parent}", f"run_name={out.name}",
                                  f"num_eval_rows={rows}", *argv])
+    if kl_only:       # an earlier run's students: their held-out KL from the teacher (the SFT run logs no KL)
+        res = {k: held_out_kl(out, teacher or out / "sft" / "model", c, out / k / "model")
+               for k in ("student_sft", "student_distilled")}
+        (out / "held_out_kl.json").write_text(json.dumps(res, indent=1)); print(json.dumps(res, indent=1)); return
     from maxpost.distill import DistillConfig, train as distill_train
     from maxpost.sft import SFTConfig, train as sft_train
     from maxpost.train_distill import default_config as distill_yml
