@@ -8,7 +8,7 @@ Docs: https://maxpost.github.io/maxpost/distill.html.md"""
 
 # %% ../nbs/05f_distill.ipynb #62254214
 from __future__ import annotations
-import sys, warnings
+import dataclasses, sys, warnings
 from pathlib import Path
 from functools import partial
 from typing import Literal
@@ -28,14 +28,14 @@ from .distributed import is_main_process, process_allgather
 from .head_loss import head_tiles, head_weight
 from .lora import place_weight
 from .loop import jit_sharded
-from .model import PARAM_AXES, TINY_MODELS, Decoder, ModelConfig, model_config, param_shapes, random_params
+from .model import LAYER_KEYS, PARAM_AXES, TINY_MODELS, Decoder, ModelConfig, model_config, param_shapes, random_params
 from .sft import SFTConfig, batch_rows, train_eval_examples, load_examples as sft_examples
 from .sharding import batch_sharding, tree_shardings
 from .trainer import Trainer, load_base, run_training, start_run
 
 # %% auto #0
-__all__ = ['DISTILL_LOSSES', 'DistillConfig', 'divergence_beta', 'teacher_key', 'check_teacher', 'load_teacher', 'DistillTrainer',
-           'evaluate', 'addition_examples', 'load_examples', 'train']
+__all__ = ['DISTILL_LOSSES', 'DistillConfig', 'divergence_beta', 'teacher_key', 'check_teacher', 'load_teacher', 'keep_layers',
+           'drop_layers', 'DistillTrainer', 'evaluate', 'addition_examples', 'load_examples', 'train']
 
 # %% ../nbs/05f_distill.ipynb #924e3feb
 DISTILL_LOSSES = {"forward_kl": 0.0, "reverse_kl": 1.0, "jsd": None}   # distill_loss → GKD's β (None: distill_jsd_beta)
@@ -111,6 +111,24 @@ def load_teacher(cfg: DistillConfig, mcfg: ModelConfig | None, with_tokenizer: b
     if mcfg is not None: check_teacher(mcfg, tmcfg, key, value)
     if not with_tokenizer: return tmcfg, params
     return tmcfg, params, Path(cfg.tokenizer_path) if cfg.tokenizer_path else tok
+
+# %% ../nbs/05f_distill.ipynb #84d89542
+def keep_layers(num_layers: int, keep: int) -> list[int]:
+    "The `keep` layer indices of a `num_layers`-layer model that a student keeps: evenly spaced, first and last kept."
+    if not 1 <= keep <= num_layers:
+        raise ValueError(f"keep={keep}: a student keeps 1 to num_layers={num_layers} layers")
+    if keep == 1: return [0]
+    return [int(np.floor(j * (num_layers - 1) / (keep - 1) + 0.5)) for j in range(keep)]
+
+
+# %% ../nbs/05f_distill.ipynb #d6138356
+def drop_layers(params: dict, mcfg: ModelConfig, keep: int) -> tuple[ModelConfig, dict]:
+    """(ModelConfig, numpy params) of a student made of `keep_layers(num_layers, keep)` of the model (`mcfg`,
+    `params`: maxpost layout): the kept layers in order, each with its type; embeddings, final norm and head shared."""
+    ix = keep_layers(mcfg.num_layers, keep)
+    smcfg = dataclasses.replace(mcfg, num_layers=keep, layer_types=tuple(mcfg.layer_types[i] for i in ix))
+    return smcfg, {k: np.asarray(v)[ix] if k in LAYER_KEYS else np.asarray(v) for k, v in params.items()}
+
 
 # %% ../nbs/05f_distill.ipynb #30ea7d66
 class DistillTrainer(Trainer):

@@ -167,8 +167,8 @@ def test_screenshots(chromium, site, tmp_path):
         screenshot(chromium, tmp_path, page, name)
 
 def test_tutorial_plots_and_tables(chromium, site, tmp_path):
-    "The SFT, GRPO, evaluation and tool-use tutorials, executed at build time, show their plots (loaded) and tables"
-    for stem in (PLOT_TUTORIAL, 'grpo_custom_reward', 'evaluate_a_checkpoint', 'rl_with_a_tool'):
+    "The SFT, GRPO, evaluation, tool-use and distillation tutorials, executed at build time, show their plots (loaded) and tables"
+    for stem in (PLOT_TUTORIAL, 'grpo_custom_reward', 'evaluate_a_checkpoint', 'rl_with_a_tool', 'distil_a_small_model'):
         page = site / 'tutorials' / f'{stem}.html'
         main = BeautifulSoup(page.read_text(), 'html.parser').find('main')
         plots = [i for i in main.select('.jp-OutputArea-output img') if i.get('src', '').startswith('data:image/png')]
