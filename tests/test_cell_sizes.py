@@ -10,8 +10,9 @@ from cell_sizes import export_cells, oversized
 
 LIMIT = 60
 # (notebook, first name the cell defines): the RL notebooks' cells, still to split; other branches were editing
-# these notebooks when the rest were split. An entry that is no longer over the limit fails the test: remove it.
-ALLOWED = {("10a_rl_config", "_LOSS_TYPES"), ("10b_rl_rollout", "load_rewards"), ("10b_rl_rollout", "engine_logq"),
+# these notebooks when the rest were split. RLConfig's cell is its ~75 key declarations, which stay in the class.
+# An entry that is no longer over the limit fails the test: remove it.
+ALLOWED = {("10a_rl_config", "RLConfig"), ("10b_rl_rollout", "load_rewards"), ("10b_rl_rollout", "engine_logq"),
            ("10c_rl_trainer", "RLTrainer"), ("10c_rl_trainer", "training_batch"), ("10c_rl_trainer", "load_policy_base")}
 
 def test_export_cells_at_most_limit():
