@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import jax
 import jax.numpy as jnp
+from fastcore.basics import patch
 from flax import nnx
 from pydantic import model_validator
 
@@ -187,25 +188,29 @@ class DistillTrainer(Trainer):
         state, m = prog(state, self.frozen, self.teacher, self.put_batch(batch, global_batch))
         return state, {**m, **extra}
 
-    def _hidden(self, model, lora, teacher, b):
-        "(student's final hidden [B, T, d], its head, teacher's hidden [B, T, d_T], its head), the teacher's frozen."
-        h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
-        if self.offline: return h, head_weight(model), None, None
-        tm = nnx.merge(self.teacher_graphdef, jax.lax.stop_gradient(teacher))
-        ht, _ = tm(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True)
-        return h, head_weight(model), ht, head_weight(tm)
+# %% ../nbs/05f_distill.ipynb #6d69c44d
+@patch
+def _hidden(self: DistillTrainer, model, lora, teacher, b):
+    "(student's final hidden [B, T, d], its head, teacher's hidden [B, T, d_T], its head), the teacher's frozen."
+    h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
+    if self.offline: return h, head_weight(model), None, None
+    tm = nnx.merge(self.teacher_graphdef, jax.lax.stop_gradient(teacher))
+    ht, _ = tm(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True)
+    return h, head_weight(model), ht, head_weight(tm)
 
-    def _loss_sums(self, model, lora, batch, teacher, alpha=None):
-        "(Σ m·(α τ² D + (1 − α) NLL), Σ m, {soft_loss, hard_loss} sums) of one [B, T] micro-batch; α: `alpha` or distill_alpha."
-        c = self.cfg; a = c.distill_alpha if alpha is None else alpha
-        h, w, ht, wt = self._hidden(model, lora, teacher, batch)
-        if self.offline:
-            return offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
-                                        batch["teacher_logprobs"], a, c.distill_temperature, self.beta,
-                                        self.mcfg.final_logit_softcapping, *self.tiles, need_dw=not c.use_lora)
-        return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], a, c.distill_temperature,
-                            self.beta, self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping,
-                            *self.tiles, need_dw=not c.use_lora)
+# %% ../nbs/05f_distill.ipynb #d13cf466
+@patch
+def _loss_sums(self: DistillTrainer, model, lora, batch, teacher, alpha=None):
+    "(Σ m·(α τ² D + (1 − α) NLL), Σ m, {soft_loss, hard_loss} sums) of one [B, T] micro-batch; α: `alpha` or distill_alpha."
+    c = self.cfg; a = c.distill_alpha if alpha is None else alpha
+    h, w, ht, wt = self._hidden(model, lora, teacher, batch)
+    if self.offline:
+        return offline_distill_loss(h, w, batch["targets"], batch["loss_mask"], batch["teacher_ids"],
+                                    batch["teacher_logprobs"], a, c.distill_temperature, self.beta,
+                                    self.mcfg.final_logit_softcapping, *self.tiles, need_dw=not c.use_lora)
+    return distill_loss(h, w, ht, wt, batch["targets"], batch["loss_mask"], a, c.distill_temperature,
+                        self.beta, self.mcfg.final_logit_softcapping, self.teacher_mcfg.final_logit_softcapping,
+                        *self.tiles, need_dw=not c.use_lora)
 
 # %% ../nbs/05f_distill.ipynb #44e85f18
 def _eval_sums(self, model, lora, batch, teacher):

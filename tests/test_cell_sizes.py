@@ -9,10 +9,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from cell_sizes import export_cells, oversized
 
 LIMIT = 60
-# (notebook, first name the cell defines): the RL notebooks' cells, still to split; other branches were editing
-# these notebooks when the rest were split. An entry that is no longer over the limit fails the test: remove it.
-ALLOWED = {("10a_rl_config", "_LOSS_TYPES"), ("10b_rl_rollout", "load_rewards"), ("10b_rl_rollout", "engine_logq"),
-           ("10c_rl_trainer", "RLTrainer"), ("10c_rl_trainer", "training_batch"), ("10c_rl_trainer", "load_policy_base")}
+# (notebook, first name the cell defines): cells allowed over the limit. RLConfig's cell is its ~75 key
+# declarations, which stay in the class (its checks are _check_keys). An entry that is no longer over the limit fails
+# the test: remove it.
+ALLOWED = {("10a_rl_config", "RLConfig")}
 
 def test_export_cells_at_most_limit():
     rows = oversized(limit=LIMIT)

@@ -35,8 +35,10 @@ LossSection = create_model(
     __doc__="The loss keys of maxpost.losses.LossConfig, each optional: None takes the preset's value.",
     **{k: (_LOSS_TYPES[k] | None, None) for k in LOSS_KEYS})
 
+# %% ../../nbs/10a_rl_config.ipynb #3edbd961
 LossPreset = Annotated[Literal[tuple(LOSS_PRESETS)], BeforeValidator(partial(canonical, "loss_algo"))]   # verl/TRL names too
 
+# %% ../../nbs/10a_rl_config.ipynb #9c6f0c1f
 def steps_from_batches(num_batches: int, num_epoch: int = 1, train_fraction: float = 1.0) -> dict:
     "MaxText's RL length → maxpost's `steps`: int(num_batches × train_fraction) batches, num_epoch times over."
     if int(num_batches) < 1 or int(num_epoch) < 1 or not 0 < float(train_fraction) <= 1:
@@ -44,6 +46,7 @@ def steps_from_batches(num_batches: int, num_epoch: int = 1, train_fraction: flo
                          f"{num_epoch}, {train_fraction}")
     return {"steps": max(1, int(int(num_batches) * float(train_fraction))) * int(num_epoch)}
 
+# %% ../../nbs/10a_rl_config.ipynb #4d81d591
 EVAL_SAMPLING = {"greedy": dict(eval_temperature=0.0, eval_top_k=0, eval_top_p=1.0),    # MaxText: 0.01, top_k 1
                  "standard": dict(eval_temperature=0.7, eval_top_k=50, eval_top_p=0.95),
                  "liberal": dict(eval_temperature=0.85, eval_top_k=2000, eval_top_p=1.0)}
@@ -54,6 +57,7 @@ def eval_sampling(eval_sampling_strategy: str) -> dict:
         raise ValueError(f"eval_sampling_strategy must be one of {', '.join(EVAL_SAMPLING)}")
     return EVAL_SAMPLING[eval_sampling_strategy]
 
+# %% ../../nbs/10a_rl_config.ipynb #1bfa2055
 RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table lists them all)
     alias("rl.*", "*", note="MaxText's `rl:` section: `rl.num_generations=4`, or `rl: {num_generations: 4}`",
           example="rl.num_generations=4"),
@@ -78,6 +82,7 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
     alias("temperature", "decode_sampling_temperature", source="TRL"),
 )
 
+# %% ../../nbs/10a_rl_config.ipynb #1ac08846
 class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
     "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.quant, maxpost.datasets), RL's own keys."
     # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
@@ -167,47 +172,7 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
     @model_validator(mode="after")
     def _consistent(self):
         "The checks between keys; each error names its key."
-        if self.num_generations < 2:
-            raise ConfigError(f"num_generations must be >= 2 (a group needs a baseline for its advantage), got "
-                              f"{self.num_generations}", key="num_generations")
-        if (self.batch_size * self.num_generations) % self.num_minibatches:
-            raise ConfigError(f"batch_size × num_generations = {self.batch_size * self.num_generations} rows do not "
-                              f"split into num_minibatches={self.num_minibatches}", key="num_minibatches")
-        if self.decode_sampling_temperature == 0:
-            raise ConfigError(f"decode_sampling_temperature must be > 0: greedy rollouts make the {self.num_generations}"
-                              f" completions of a prompt identical, so every group's rewards are equal, every "
-                              f"advantage is 0 and nothing is learned", key="decode_sampling_temperature")
-        if self.eval_before_after and self.num_eval_passes > 1 and self.eval_temperature == 0:
-            raise ConfigError(f"num_eval_passes={self.num_eval_passes} with eval_temperature=0: greedy samples of a "
-                              f"prompt are identical; set num_eval_passes=1 or eval_temperature > 0",
-                              key="num_eval_passes")
-        if self.eval_mode == "pass_at_1" and self.num_eval_passes != 1:
-            raise ConfigError(f"eval_mode=pass_at_1 takes one sample per prompt; for num_eval_passes="
-                              f"{self.num_eval_passes} use eval_mode=pass or maj", key="eval_mode")
-        if self.rollout_mode == "one_step_off":
-            if self.max_staleness < 1:
-                raise ConfigError("rollout_mode=one_step_off samples each rollout with the previous step's weights "
-                                  "(staleness 1); max_staleness=0 would discard every one. Use max_staleness >= 1 or "
-                                  "rollout_mode=sync", key="max_staleness")
-            if self.rollout_engine != "native":
-                raise ConfigError(f"rollout_mode=one_step_off runs the native engine in a background thread; "
-                                  f"rollout_engine={self.rollout_engine} is not supported yet (use sync)",
-                                  key="rollout_mode")
-            if self.use_engine_logprobs:
-                raise ConfigError("rollout_mode=one_step_off with use_engine_logprobs=true would take π_old from the "
-                                  "stale sampler, hiding the lag from the importance-sampling correction; set "
-                                  "use_engine_logprobs=false", key="use_engine_logprobs")
-        if self.num_processes > 1: check_processes(self, self.num_processes)
-        if self.few_shot and self.dataset_type != "gsm8k":
-            raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
-        if self.max_turns < 1: raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}", key="max_turns")
-        from maxpost.tools import BUILTIN_TOOLS
-        bad = [n for n in (x.strip() for x in self.tools.replace(";", ",").split(",")) if n and n not in BUILTIN_TOOLS]
-        if bad: raise ConfigError(f"unknown tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} (your own: "
-                                  f"tools_path='path/to/module.py:fn')", key="tools")
-        if self.multi_turn and self.rollout_engine != "native":
-            raise ConfigError(f"multi-turn rollouts (tools / max_turns > 1) run on the native engine; rollout_engine="
-                              f"{self.rollout_engine} is not wired up for them", key="rollout_engine")
+        _check_keys(self)
         return self
 
     @property
@@ -220,6 +185,51 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
         "Eval prompts: num_test_batches × eval_batch_size (MaxText's count) when set, else num_eval_rows (<= 0: all)."
         if self.num_test_batches: return self.num_test_batches * (self.eval_batch_size or self.batch_size)
         return self.num_eval_rows if self.num_eval_rows > 0 else None
+
+# %% ../../nbs/10a_rl_config.ipynb #0db75485
+def _check_keys(cfg: RLConfig):
+    "The first contradiction between the keys of `cfg`, as a ConfigError naming its key."
+    if cfg.num_generations < 2:
+        raise ConfigError(f"num_generations must be >= 2 (a group needs a baseline for its advantage), got "
+                          f"{cfg.num_generations}", key="num_generations")
+    if (cfg.batch_size * cfg.num_generations) % cfg.num_minibatches:
+        raise ConfigError(f"batch_size × num_generations = {cfg.batch_size * cfg.num_generations} rows do not "
+                          f"split into num_minibatches={cfg.num_minibatches}", key="num_minibatches")
+    if cfg.decode_sampling_temperature == 0:
+        raise ConfigError(f"decode_sampling_temperature must be > 0: greedy rollouts make the {cfg.num_generations}"
+                          f" completions of a prompt identical, so every group's rewards are equal, every "
+                          f"advantage is 0 and nothing is learned", key="decode_sampling_temperature")
+    if cfg.eval_before_after and cfg.num_eval_passes > 1 and cfg.eval_temperature == 0:
+        raise ConfigError(f"num_eval_passes={cfg.num_eval_passes} with eval_temperature=0: greedy samples of a "
+                          f"prompt are identical; set num_eval_passes=1 or eval_temperature > 0",
+                          key="num_eval_passes")
+    if cfg.eval_mode == "pass_at_1" and cfg.num_eval_passes != 1:
+        raise ConfigError(f"eval_mode=pass_at_1 takes one sample per prompt; for num_eval_passes="
+                          f"{cfg.num_eval_passes} use eval_mode=pass or maj", key="eval_mode")
+    if cfg.rollout_mode == "one_step_off":
+        if cfg.max_staleness < 1:
+            raise ConfigError("rollout_mode=one_step_off samples each rollout with the previous step's weights "
+                              "(staleness 1); max_staleness=0 would discard every one. Use max_staleness >= 1 or "
+                              "rollout_mode=sync", key="max_staleness")
+        if cfg.rollout_engine != "native":
+            raise ConfigError(f"rollout_mode=one_step_off runs the native engine in a background thread; "
+                              f"rollout_engine={cfg.rollout_engine} is not supported yet (use sync)",
+                              key="rollout_mode")
+        if cfg.use_engine_logprobs:
+            raise ConfigError("rollout_mode=one_step_off with use_engine_logprobs=true would take π_old from the "
+                              "stale sampler, hiding the lag from the importance-sampling correction; set "
+                              "use_engine_logprobs=false", key="use_engine_logprobs")
+    if cfg.num_processes > 1: check_processes(cfg, cfg.num_processes)
+    if cfg.few_shot and cfg.dataset_type != "gsm8k":
+        raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
+    if cfg.max_turns < 1: raise ConfigError(f"max_turns must be >= 1, got {cfg.max_turns}", key="max_turns")
+    from maxpost.tools import BUILTIN_TOOLS
+    bad = [n for n in (x.strip() for x in cfg.tools.replace(";", ",").split(",")) if n and n not in BUILTIN_TOOLS]
+    if bad: raise ConfigError(f"unknown tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} (your own: "
+                              f"tools_path='path/to/module.py:fn')", key="tools")
+    if cfg.multi_turn and cfg.rollout_engine != "native":
+        raise ConfigError(f"multi-turn rollouts (tools / max_turns > 1) run on the native engine; rollout_engine="
+                          f"{cfg.rollout_engine} is not wired up for them", key="rollout_engine")
 
 # %% ../../nbs/10a_rl_config.ipynb #68437928
 def loss_config(cfg: RLConfig) -> LossConfig:

@@ -37,11 +37,13 @@ def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Ca
     if not fns: raise ConfigError("no reward functions: set reward_functions and/or reward_functions_path")
     return fns, reward_weights(cfg, len(fns))
 
+# %% ../../nbs/10b_rl_rollout.ipynb #dbe9c8fd
 def _read_rows(cfg: RLConfig, split: str, n: int | None) -> list[dict]:
     "Raw rows of the run's dataset `split` (maxpost.datasets.read_rows; held-out splits from hf_eval_files when set)."
     source = cfg.hf_eval_files if split != cfg.train_split and cfg.hf_eval_files else None
     return [dict(r) for r in read_rows(cfg, split, n, source)]
 
+# %% ../../nbs/10b_rl_rollout.ipynb #da7b0c93
 TRL_COLUMNS = {"prompt_column": "prompt", "answer_column": "solution"}   # TRL's GRPO data (DeepMath-103K)
 
 def resolve_columns(cfg: RLConfig, row: dict) -> RLConfig:
@@ -50,6 +52,7 @@ def resolve_columns(cfg: RLConfig, row: dict) -> RLConfig:
            if k not in cfg.model_fields_set and getattr(cfg, k) not in row and trl in row}
     return cfg.model_copy(update=new) if new else cfg
 
+# %% ../../nbs/10b_rl_rollout.ipynb #cc2e7536
 def _check_columns(cfg: RLConfig, rows: list, split: str):
     "ConfigError unless the rows of `split` have `prompt_column` and `answer_column`."
     if not rows: raise ValueError(f"dataset split {split!r} is empty")
@@ -58,6 +61,7 @@ def _check_columns(cfg: RLConfig, rows: list, split: str):
             raise ConfigError(f"the {split} data has no column {getattr(cfg, key)!r} (columns: {sorted(rows[0])}); set "
                               f"prompt_column / answer_column", key=key)
 
+# %% ../../nbs/10b_rl_rollout.ipynb #151651ca
 def check_dataset(cfg: RLConfig) -> RLConfig:
     "The config with its columns resolved from the first training row; ConfigError when a column is missing (before any model load)."
     rows = _read_rows(cfg, cfg.train_split, 1)
@@ -65,6 +69,7 @@ def check_dataset(cfg: RLConfig) -> RLConfig:
     _check_columns(cfg, rows, cfg.train_split)
     return cfg
 
+# %% ../../nbs/10b_rl_rollout.ipynb #f90ae17e
 def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[list[dict], int]:
     "(rows with 'prompt_ids', 'dataset_index' and the dataset columns, number of rows skipped as too long)."
     # multi-turn (cfg.multi_turn): each row also keeps its 'prompt_messages'; prompt_ids describe the tools, as
@@ -240,11 +245,13 @@ def engine_logq(r) -> np.ndarray:
     "The engine's log q of each sampled token: log-probs under the sampling distribution when it returned them."
     return np.asarray(r.sampling_logprobs if r.sampling_logprobs is not None else r.logprobs, np.float32)
 
+# %% ../../nbs/10b_rl_rollout.ipynb #d51cabe4
 def completion_loss_mask(r) -> np.ndarray:
     "1 on each completion token that is trained on: all of them, but for the environment's tokens of a multi-turn episode."
     m = getattr(r, "loss_mask", None)
     return np.ones(len(r.token_ids), np.float32) if m is None else np.asarray(m, np.float32)
 
+# %% ../../nbs/10b_rl_rollout.ipynb #4ffc477a
 def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
     "Fixed-shape [B, T] training arrays of engine `results` (GenerationResult list), with the engine's log q."
     B = len(results)
@@ -263,16 +270,20 @@ def rollout_arrays(results, T: int, with_engine_logps: bool = False) -> dict:
     if with_engine_logps: a["old_logps"] = a["engine_logps"].copy()
     return a
 
+# %% ../../nbs/10b_rl_rollout.ipynb #22a4ccfd
 def _round_up(n: int, m: int) -> int: return -(-n // m) * m
 
+# %% ../../nbs/10b_rl_rollout.ipynb #8befb867
 def row_bucket(n: int, multiple: int = 1) -> int:
     "`n` rounded up to 2^k or 3·2^k (at most a third wasted, few shapes), then to a multiple of `multiple`."
     p = 1
     while p < n: p *= 2
     return _round_up(p * 3 // 4 if p >= 4 and p * 3 // 4 >= n else p, multiple)
 
+# %% ../../nbs/10b_rl_rollout.ipynb #f51238ba
 ROW_KEYS = ("inputs", "positions", "segment_ids")   # packed keys with [M·R, L] rows; the others are [B, C] per completion
 
+# %% ../../nbs/10b_rl_rollout.ipynb #759c96e7
 def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, row_multiple: int = 1,
                  at_least: tuple = (0, 0, 0), share_prompt: bool = False, window: int | None = None) -> dict:
     """Packed training arrays of engine `results`: each prompt + completion at its real length, first-fit into rows of

@@ -17,6 +17,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
+from fastcore.basics import patch
 from flax import nnx
 
 from ..config import ConfigError
@@ -96,37 +97,6 @@ class RLTrainer(Trainer):
         self._update = jit_sharded(self._update_fn, self.mesh, (self.state_sh, self.frozen_sh, self.rows_sh),
                                    (self.state_sh, None), donate_argnums=(0,))
 
-    def put(self, batch: dict) -> dict:
-        "A batch (numpy) on the mesh, its rows split over data × fsdp (`rows_sh`); with several processes, this process's rows."
-        N = jax.process_count()
-        if N == 1: return {k: jax.device_put(v, self.rows_sh) for k, v in batch.items()}
-        out = {}
-        for k, v in batch.items():
-            v = np.asarray(v)
-            if k == "gather":          # a packed batch: index into the global rows, which start at this process's
-                R, L = batch["inputs"].shape
-                first = process_rows(self.rows_sh, (N * R, L))[0]
-                v = np.where(batch["completion_mask"] > 0, v + first * L, 0).astype(np.int32)
-            out[k] = jax.make_array_from_process_local_data(self.rows_sh, v, (N * v.shape[0], *v.shape[1:]))
-        return out
-
-    def _forward(self, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True, entropy_grad: bool = False):
-        """(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion
-        positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles.
-        entropy_grad: the entropy carries its gradient (entropy bonus; a frozen head: one more tiled pass)."""
-        model, lora = self.model_inputs(trainable, frozen)
-        if not policy: lora = None
-        h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
-        if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
-        if not head_frozen:
-            return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature,
-                                       entropy_grad)
-        hf, cap = h.reshape(-1, h.shape[-1]), model.cfg.final_logit_softcapping
-        nll, ent = frozen_head_nll(hf, head_weight(model), batch["targets"].reshape(-1), cap, self.temperature, None,
-                                   self.tiles[1], self.tiles[0])
-        if entropy_grad: ent = frozen_head_entropy(hf, head_weight(model), cap, self.temperature, None, *self.tiles[::-1])
-        return -nll.reshape(batch["targets"].shape), ent.reshape(batch["targets"].shape)
-
     def _logps_fn(self, trainable, frozen, batch, policy: bool = True):
         return self._forward(trainable, frozen, batch, policy)[0]          # never differentiated
 
@@ -139,37 +109,6 @@ class RLTrainer(Trainer):
         if self.cfg.use_lora: return self._ref_logps({}, self.ref, batch)   # same base, lora=None
         return self._ref_logps(self.ref, {}, batch)
 
-    def _loss(self, trainable, frozen, mb):
-        lc = self.lc
-        logp, ent = self._forward(trainable, frozen, mb, head_frozen=self.cfg.use_lora, entropy_grad=lc.entropy_coeff > 0)
-        mask = mb["completion_mask"]
-        old = mb["old_logps"] if "old_logps" in mb else None
-        m, isw = {}, None
-        if "engine_logps" in mb:   # engine q against the trainer's π_old: measured always, corrected when on
-            old_v = jax.lax.stop_gradient(logp) if old is None else old
-            m = rollout_mismatch(old_v, mb["engine_logps"], mask)
-            if self.is_mode:
-                isw, st = rollout_is_weights(old_v, mb["engine_logps"], mask, self.is_mode, self.cfg.importance_sampling_cap)
-                m |= st
-        loss, pm = policy_loss(logp, old, mb["advantages"], mask, is_weights=isw, **lc.policy_loss_kwargs())
-        m = dict(m, **pm, pg_loss=loss)
-        if self.use_ref:
-            kl_tok = kl_penalty(logp, mb["ref_logps"], lc.kl_method)
-            kl = aggregate_loss(kl_tok, mask, lc.loss_agg_mode, lc.max_completion_length)
-            loss = loss + lc.beta * kl
-            m["kl"] = kl
-        m["entropy"] = jnp.sum(ent * mask) / jnp.maximum(mask.sum(), 1.0)
-        if lc.entropy_coeff > 0:       # entropy bonus (maxpost.entropy), aggregated as the policy loss
-            loss = loss - lc.entropy_coeff * aggregate_loss(ent, mask, lc.loss_agg_mode, lc.max_completion_length)
-        return loss, m
-
-    def _update_fn(self, state, frozen, mb):
-        params = state["params"]
-        (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(params, frozen, mb)
-        params, opt_state = self.apply_grads(state, g)
-        m = dict(m, loss=loss, grad_norm=optax.global_norm(g), lr=self._lr(state))
-        return {**state, "params": params, "opt_state": opt_state}, m
-
     def _lr(self, state):
         return self.sched(state["step"] * self.cfg.num_iterations * self.cfg.num_minibatches)
 
@@ -177,19 +116,93 @@ class RLTrainer(Trainer):
         "One optimizer step on minibatch `mb` (device arrays); returns (state, metrics)."
         return self._update(state, self.frozen, mb)
 
-    def engine_params(self, state) -> dict:
-        "Full weights for the engine (LoRA folded into the base, a QLoRA base dequantized first), in weight_dtype."
-        # QLoRA: the engine samples from the policy the update trains, dequant(Q(W)) + s·AB, not from the original W
-        # (gone). Memory: the engine's copy holds every quantized layer weight in weight_dtype again (plus one
-        # float32 merge temporary per adapted weight while it is built): QLoRA shrinks the trainer's copy of the
-        # base, not the engine's, so the peak is the quantized base + a full weight_dtype model + LoRA and Adam state
-        if self.cfg.use_lora: return merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale)
-        return jax.tree.map(jnp.copy, state["params"])    # a copy: the next update donates the state's buffers
+# %% ../../nbs/10c_rl_trainer.ipynb #2c028cda
+@patch
+def put(self: RLTrainer, batch: dict) -> dict:
+    "A batch (numpy) on the mesh, its rows split over data × fsdp (`rows_sh`); with several processes, this process's rows."
+    N = jax.process_count()
+    if N == 1: return {k: jax.device_put(v, self.rows_sh) for k, v in batch.items()}
+    out = {}
+    for k, v in batch.items():
+        v = np.asarray(v)
+        if k == "gather":          # a packed batch: index into the global rows, which start at this process's
+            R, L = batch["inputs"].shape
+            first = process_rows(self.rows_sh, (N * R, L))[0]
+            v = np.where(batch["completion_mask"] > 0, v + first * L, 0).astype(np.int32)
+        out[k] = jax.make_array_from_process_local_data(self.rows_sh, v, (N * v.shape[0], *v.shape[1:]))
+    return out
 
-    def host_engine_params(self, state) -> dict:
-        "`engine_params` for this process's engine: the arrays on one process; on several, whole weights (numpy) on each."
-        p = self.engine_params(state)
-        return p if jax.process_count() == 1 else {k: process_allgather(v) for k, v in p.items()}
+# %% ../../nbs/10c_rl_trainer.ipynb #c2f7fbb5
+@patch
+def _forward(self: RLTrainer, trainable, frozen, batch, policy: bool = True, head_frozen: bool = True, entropy_grad: bool = False):
+    """(log π_τ [B, T], entropy [B, T]) of the batch's targets; a packed batch's `gather` picks the completion
+    positions. head_frozen: the head gets no gradient (LoRA, or no gradient taken), so it runs in logit tiles.
+    entropy_grad: the entropy carries its gradient (entropy bonus; a frozen head: one more tiled pass)."""
+    model, lora = self.model_inputs(trainable, frozen)
+    if not policy: lora = None
+    h, _ = model(batch["inputs"], batch["positions"], batch["segment_ids"], return_hidden=True, lora=lora)
+    if "gather" in batch: h = h.reshape(-1, h.shape[-1])[batch["gather"]]     # [B, C, D]
+    if not head_frozen:
+        return token_logps_entropy(model.logits, h, batch["targets"], self.cfg.loss_chunk_size, self.temperature,
+                                   entropy_grad)
+    hf, cap = h.reshape(-1, h.shape[-1]), model.cfg.final_logit_softcapping
+    nll, ent = frozen_head_nll(hf, head_weight(model), batch["targets"].reshape(-1), cap, self.temperature, None,
+                               self.tiles[1], self.tiles[0])
+    if entropy_grad: ent = frozen_head_entropy(hf, head_weight(model), cap, self.temperature, None, *self.tiles[::-1])
+    return -nll.reshape(batch["targets"].shape), ent.reshape(batch["targets"].shape)
+
+# %% ../../nbs/10c_rl_trainer.ipynb #00e457ff
+@patch
+def _loss(self: RLTrainer, trainable, frozen, mb):
+    lc = self.lc
+    logp, ent = self._forward(trainable, frozen, mb, head_frozen=self.cfg.use_lora, entropy_grad=lc.entropy_coeff > 0)
+    mask = mb["completion_mask"]
+    old = mb["old_logps"] if "old_logps" in mb else None
+    m, isw = {}, None
+    if "engine_logps" in mb:   # engine q against the trainer's π_old: measured always, corrected when on
+        old_v = jax.lax.stop_gradient(logp) if old is None else old
+        m = rollout_mismatch(old_v, mb["engine_logps"], mask)
+        if self.is_mode:
+            isw, st = rollout_is_weights(old_v, mb["engine_logps"], mask, self.is_mode, self.cfg.importance_sampling_cap)
+            m |= st
+    loss, pm = policy_loss(logp, old, mb["advantages"], mask, is_weights=isw, **lc.policy_loss_kwargs())
+    m = dict(m, **pm, pg_loss=loss)
+    if self.use_ref:
+        kl_tok = kl_penalty(logp, mb["ref_logps"], lc.kl_method)
+        kl = aggregate_loss(kl_tok, mask, lc.loss_agg_mode, lc.max_completion_length)
+        loss = loss + lc.beta * kl
+        m["kl"] = kl
+    m["entropy"] = jnp.sum(ent * mask) / jnp.maximum(mask.sum(), 1.0)
+    if lc.entropy_coeff > 0:       # entropy bonus (maxpost.entropy), aggregated as the policy loss
+        loss = loss - lc.entropy_coeff * aggregate_loss(ent, mask, lc.loss_agg_mode, lc.max_completion_length)
+    return loss, m
+
+# %% ../../nbs/10c_rl_trainer.ipynb #27dfcdb9
+@patch
+def _update_fn(self: RLTrainer, state, frozen, mb):
+    params = state["params"]
+    (loss, m), g = jax.value_and_grad(self._loss, has_aux=True)(params, frozen, mb)
+    params, opt_state = self.apply_grads(state, g)
+    m = dict(m, loss=loss, grad_norm=optax.global_norm(g), lr=self._lr(state))
+    return {**state, "params": params, "opt_state": opt_state}, m
+
+# %% ../../nbs/10c_rl_trainer.ipynb #e4a2f398
+@patch
+def engine_params(self: RLTrainer, state) -> dict:
+    "Full weights for the engine (LoRA folded into the base, a QLoRA base dequantized first), in weight_dtype."
+    # QLoRA: the engine samples from the policy the update trains, dequant(Q(W)) + s·AB, not from the original W
+    # (gone). Memory: the engine's copy holds every quantized layer weight in weight_dtype again (plus one
+    # float32 merge temporary per adapted weight while it is built): QLoRA shrinks the trainer's copy of the
+    # base, not the engine's, so the peak is the quantized base + a full weight_dtype model + LoRA and Adam state
+    if self.cfg.use_lora: return merge_lora(dequantize_base(self.frozen, self.wdtype), state["params"], self.lora_scale)
+    return jax.tree.map(jnp.copy, state["params"])    # a copy: the next update donates the state's buffers
+
+# %% ../../nbs/10c_rl_trainer.ipynb #142a3be4
+@patch
+def host_engine_params(self: RLTrainer, state) -> dict:
+    "`engine_params` for this process's engine: the arrays on one process; on several, whole weights (numpy) on each."
+    p = self.engine_params(state)
+    return p if jax.process_count() == 1 else {k: process_allgather(v) for k, v in p.items()}
 
 # %% ../../nbs/10c_rl_trainer.ipynb #8a5e0f91
 def training_batch(trainer: RLTrainer, results) -> dict:
@@ -207,6 +220,7 @@ def training_batch(trainer: RLTrainer, results) -> dict:
     if cfg.use_engine_logprobs: b["old_logps"] = b["engine_logps"].copy()
     return b
 
+# %% ../../nbs/10c_rl_trainer.ipynb #de2b2dff
 def minibatch(batch: dict, j: int, M: int) -> dict:
     "Minibatch `j` of `M` of a training batch: its completions, and for a packed batch its rows (`gather` made local)."
     B = batch["completion_mask"].shape[0]; b = B // M
@@ -220,6 +234,7 @@ def minibatch(batch: dict, j: int, M: int) -> dict:
         out["gather"] = np.where(out["completion_mask"] > 0, out["gather"] - off, 0).astype(np.int32)
     return out
 
+# %% ../../nbs/10c_rl_trainer.ipynb #07f799d4
 def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, weights,
             off: OneStepOff | None = None) -> tuple[dict, dict, list]:
     "One RL step: rollout, rewards, advantages, old/ref log-probs, updates, weight sync. Returns (state, metrics, samples)."
@@ -237,7 +252,6 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     if off:   # step+1's rollout, with the weights the engine holds now (this step's), while this step updates
         off.start(lambda r: collect_rollout(cfg, lc, r, engine, stream, fns, weights), np.asarray(new_rng), step)
     kept_rows, kept_res, kept_r, kept_fn = ro["rows"], ro["res"], ro["rewards"], ro["per_fn"]
-    dropped, errors, rounds = ro["dropped"], ro["errors"], ro["rounds"]
     rewards = np.concatenate(kept_r)                                           # [P·G]
     adv = step_advantages(lc, G, rewards, [len(r.token_ids) for r in kept_res], kept_fn, weights, ro.get("greedy_rewards"))
     M = cfg.num_minibatches
@@ -267,6 +281,20 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
     t0 = time.perf_counter()
     engine.sync_weights(trainer.host_engine_params(state)); t["sync"] = time.perf_counter() - t0
 
+    out, local = _step_metrics(ro, ms, G, M, step, version, stale_dropped)
+    for k, v in t.items(): out[f"time/{k}"] = v
+    out["time/step"] = time.perf_counter() - w0   # wall clock: with one_step_off, time/rollout overlapped the update
+    samples = [{"prompt": kept_rows[i // G]["prompt"], "completion": r.text, "reward": float(local[0, i])}
+               for i, r in enumerate(kept_res)]            # this process's own
+    return state, out, samples
+
+# %% ../../nbs/10c_rl_trainer.ipynb #e068183c
+def _step_metrics(ro: dict, ms: list, G: int, M: int, step: int, version: int, stale_dropped: int) -> tuple[dict, np.ndarray]:
+    """(the step's logged figures, this process's [k, P·G] table of rewards, lengths, truncations and per-function
+    rewards): the rollout's over the global batch, the updates' metrics `ms` averaged (the rollout mismatch over
+    the first pass's `M` minibatches)."""
+    kept_res, kept_fn, rewards = ro["res"], ro["per_fn"], np.concatenate(ro["rewards"])
+    dropped, errors, rounds = ro["dropped"], ro["errors"], ro["rounds"]
     # the logged rollout figures are over the global batch: every process's completions, in process order
     names = list(kept_fn[0])
     local = np.stack([rewards, [len(r.token_ids) for r in kept_res], [r.finish_reason == "length" for r in kept_res],
@@ -296,11 +324,7 @@ def rl_step(trainer: RLTrainer, state: dict, engine, stream: PromptStream, fns, 
         else: out[k] = float(np.mean([float(m[k]) for m in ms]))
     for k in ("clip_frac", "ratio_mean", "ratio_min", "ratio_max"):
         out[f"last_{k}"] = float(last[k])
-    for k, v in t.items(): out[f"time/{k}"] = v
-    out["time/step"] = time.perf_counter() - w0   # wall clock: with one_step_off, time/rollout overlapped the update
-    samples = [{"prompt": kept_rows[i // G]["prompt"], "completion": r.text, "reward": float(local[0, i])}
-               for i, r in enumerate(kept_res)]            # this process's own
-    return state, out, samples
+    return out, local
 
 # %% ../../nbs/10c_rl_trainer.ipynb #88f0ad16
 def evaluate_policy(cfg: RLConfig, engine, rows: list, fns, weights, seed: int = 0, tokenizer=None, out_dir=None) -> dict:
@@ -327,6 +351,7 @@ def load_policy_base(cfg: RLConfig, mesh=None):
     tok = own() if own else load_tokenizer(tok_dir) if tok_dir is not None else None
     return mcfg, params, tok, tok_dir
 
+# %% ../../nbs/10c_rl_trainer.ipynb #7070d13a
 def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     "The rollout engine over the policy's current weights."
     from maxpost.checkpoint import empty_decoder
@@ -347,6 +372,7 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     eng.sync_weights(trainer.host_engine_params(state))
     return eng
 
+# %% ../../nbs/10c_rl_trainer.ipynb #1fbfef99
 def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None) -> list[str]:
     "PNG plots: reward curves and RL diagnostics per step; before/after bars."
     from matplotlib.figure import Figure     # no pyplot: the caller's backend (a notebook's inline one) is left alone
@@ -375,6 +401,7 @@ def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None)
         fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); paths.append(str(p))
     return paths
 
+# %% ../../nbs/10c_rl_trainer.ipynb #c302b129
 def before_after_table(before: dict, after: dict) -> str:
     "A markdown table of the before/after evaluation."
     lines = ["| metric | before | after |", "|---|---|---|"]
@@ -383,6 +410,18 @@ def before_after_table(before: dict, after: dict) -> str:
         if k in after: lines.append(f"| {k} | {fmt(before[k])} | {fmt(after[k])} |")
     return "\n".join(lines)
 
+# %% ../../nbs/10c_rl_trainer.ipynb #562e87a9
+def _eval_before(run_dir: Path, ev: Callable, start: int) -> dict:
+    "The evaluation before training: the run folder's eval_before.json (a resumed run's), else `ev(0, \"before\")`, stored."
+    bp = run_dir / "eval_before.json"           # process 0's files decide, for every process
+    before = gather_json(json.loads(bp.read_text()) if is_main_process() and bp.exists() else None)[0]
+    if before is None:
+        if start: print("warning: resumed run without eval_before.json; evaluating the resumed policy", file=sys.stderr)
+        before = ev(0, "before")
+        if is_main_process(): bp.write_text(json.dumps(before, indent=1))
+    return before
+
+# %% ../../nbs/10c_rl_trainer.ipynb #9c09a3e5
 def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     "Run (or resume) RL as `cfg` says, as a step function on maxpost.loop.RunLoop; returns a summary."
     # extra_rewards: reward functions `fn(prompts, completions, **columns) -> list[float]` defined in Python (a
@@ -407,14 +446,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
     start, run_dir = run.restore(), run.run_dir
     engine = make_rollout_engine(cfg, trainer, run.state, tok)
     ev = lambda seed, tag: evaluate_policy(cfg, engine, eval_rows, fns, weights, seed, tok, run_dir / f"eval_{tag}")
-    before = None
-    if cfg.eval_before_after:
-        bp = run_dir / "eval_before.json"           # process 0's files decide, for every process
-        before = gather_json(json.loads(bp.read_text()) if is_main_process() and bp.exists() else None)[0]
-        if before is None:
-            if start: print("warning: resumed run without eval_before.json; evaluating the resumed policy", file=sys.stderr)
-            before = ev(0, "before")
-            if is_main_process(): bp.write_text(json.dumps(before, indent=1))
+    before = _eval_before(run_dir, ev, start) if cfg.eval_before_after else None
     comp_f = open(run_dir / "completions.jsonl", "a") if cfg.log_completions and is_main_process() else None
     def step_fn(state, step):
         state, m, samples = rl_step(trainer, state, engine, stream, fns, weights, off)
