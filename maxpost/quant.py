@@ -71,8 +71,8 @@ DQ_BLOCK = 256          # block scales per second-level scale (double quantizati
 @dataclass(frozen=True)
 class QuantWeight:
     "A frozen weight stored quantized; leading (stacked) axes on every array, `shape` that of one weight."
-    codes: jax.Array            # int8 [*lead, *shape] | nf4: uint8 [*lead, blocks, block / 2], two codes a byte
-    scale: jax.Array            # int8: float32 [*lead, *out] | nf4: absmax float32 [*lead, blocks], int8 if double-quantized
+    codes: jax.Array            # int8 [*lead, *shape] | nf4: uint8 [*lead, rows, cols / 2], two codes a byte (halves)
+    scale: jax.Array            # int8: float32 [*lead, *out] | nf4: absmax float32 [*lead, rows, cols / block] (int8: DQ)
     scale2: jax.Array | None    # double quantization: float32 [*lead, ⌈blocks / 256⌉] scales of the centred absmax
     offset: jax.Array | None    # double quantization: float32 [*lead], the absmax's mean
     qtype: str                  # "int8" | "nf4"
@@ -118,10 +118,13 @@ def _double_quant(absmax):
     return c.reshape(*lead, -1)[..., :absmax.shape[-1]], s2, off
 
 def _absmax(q: QuantWeight):
-    "nf4's float32 block scales [*lead, blocks], undoing the double quantization."
+    "nf4's float32 block scales [*lead, rows, cols / block], undoing the double quantization."
     if q.scale2 is None: return q.scale.astype(jnp.float32)
-    c = _blocks(q.scale.astype(jnp.float32), q.lead, DQ_BLOCK) * q.scale2[..., None]
-    return c.reshape(*q.lead, -1)[..., :q.scale.shape[-1]] + q.offset[..., None]
+    nb = -(-math.prod(q.shape) // q.block)                  # the blocks that hold weights; the rest are padding
+    flat = q.scale.reshape(*q.lead, -1)
+    c = _blocks(flat[..., :nb].astype(jnp.float32), q.lead, DQ_BLOCK) * q.scale2[..., None]
+    a = c.reshape(*q.lead, -1)[..., :nb] + q.offset[..., None]
+    return jnp.pad(a, [(0, 0)] * len(q.lead) + [(0, flat.shape[-1] - nb)]).reshape(q.scale.shape)
 
 # %% ../nbs/05d_quant.ipynb #7b68e2b2
 def nf4_values(idx):
@@ -133,6 +136,10 @@ def nf4_values(idx):
     return vals[0]
 
 # %% ../nbs/05d_quant.ipynb #94de1e84
+def _nf4_cols(shape: tuple, n_in: int, block: int) -> int:
+    "Values per stored row of an nf4 weight: lcm(out, block), `out` the product of the output axes."
+    return math.lcm(math.prod(shape[n_in:]), block)
+
 def quantize(w, qtype: str, n_in: int = 1, batch_dims: int = 0, block: int = 64, double_quant: bool = False):
     """`QuantWeight` of w [*lead, *in, *out] (`batch_dims` leading axes quantized apart, e.g. 1 for stacked layers;
     `n_in` contracted axes): int8 per output channel, or nf4 in blocks of `block` (optionally double-quantized)."""
@@ -142,13 +149,18 @@ def quantize(w, qtype: str, n_in: int = 1, batch_dims: int = 0, block: int = 64,
         c, s = _int8(w, tuple(range(batch_dims, batch_dims + n_in)))
         return QuantWeight(c, s, None, None, "int8", shape, n_in)
     if block % 2: raise ConfigError(f"lora_tile_size={block} must be even (two nf4 codes a byte)", key="lora_tile_size")
-    x = _blocks(w.reshape(*lead, -1), lead, block)
-    absmax = jnp.abs(x).max(-1)
-    xn = x / jnp.where(absmax > 0, absmax, 1.0)[..., None]
+    cols = _nf4_cols(shape, n_in, block)
+    x = _blocks(w.reshape(*lead, -1), lead, cols)                          # [*lead, rows, cols]
+    xb = x.reshape(*x.shape[:-1], cols // block, block)
+    absmax = jnp.abs(xb).max(-1)                                           # [*lead, rows, cols / block]
+    xn = (xb / jnp.where(absmax > 0, absmax, 1.0)[..., None]).reshape(x.shape)
     idx = jnp.searchsorted(jnp.asarray((NF4[1:] + NF4[:-1]) / 2), xn).astype(jnp.uint8)   # the nearest code
-    codes = idx[..., 0::2] | (idx[..., 1::2] << 4)
+    codes = idx[..., :cols // 2] | (idx[..., cols // 2:] << 4)             # column j low, column j + cols/2 high
     s2 = off = None
-    if double_quant: absmax, s2, off = _double_quant(absmax)
+    if double_quant:                                                       # over the blocks that hold weights
+        flat, nb = absmax.reshape(*lead, -1), -(-math.prod(shape) // block)
+        c, s2, off = _double_quant(flat[..., :nb])
+        absmax = jnp.pad(c, [(0, 0)] * len(lead) + [(0, flat.shape[-1] - nb)]).reshape(absmax.shape)
     return QuantWeight(codes, absmax, s2, off, "nf4", shape, n_in, block)
 
 def dequantize(q: QuantWeight, dtype=None):
@@ -157,9 +169,11 @@ def dequantize(q: QuantWeight, dtype=None):
     if q.qtype == "int8":
         s = jnp.expand_dims(q.scale, tuple(range(len(q.lead), len(q.lead) + q.n_in)))
         return (q.codes.astype(jnp.float32) * s).astype(dt)
-    idx = jnp.stack([q.codes & 15, q.codes >> 4], -1).reshape(*q.codes.shape[:-1], q.block)
-    v = nf4_values(idx) * _absmax(q)[..., None]
-    return v.reshape(*q.lead, -1)[..., :math.prod(q.shape)].reshape(*q.lead, *q.shape).astype(dt)
+    idx = jnp.concatenate([q.codes & 15, q.codes >> 4], -1)               # [*lead, rows, cols]: lanes, no interleave
+    v = nf4_values(idx) * jnp.repeat(_absmax(q), q.block, -1)
+    n = math.prod(q.shape)
+    if v.shape[-1] * v.shape[-2] != n: v = v.reshape(*q.lead, -1)[..., :n]   # padded (out not a multiple of block)
+    return v.reshape(*q.lead, *q.shape).astype(dt)
 
 # %% ../nbs/05d_quant.ipynb #54a13f70
 @jax.custom_vjp
@@ -196,9 +210,9 @@ def quant_sharding(q: QuantWeight, sh: NamedSharding) -> QuantWeight:
     mesh, n = sh.mesh, len(q.lead)
     spec = tuple(sh.spec) + (None,) * (n + len(q.shape) - len(sh.spec))
     lead, inner = spec[:n], spec[n:]
-    flat = tuple(a for e in inner for a in _axes(e)) or None    # every mesh axis that splits the weight
+    ax = lambda es: tuple(a for e in es for a in _axes(e)) or None     # the mesh axes that split these weight axes
     if q.qtype == "int8": specs = (spec, lead + inner[q.n_in:])
-    else: specs = (lead + (flat, None), lead + (flat,))
+    else: specs = (lead + (ax(inner[:q.n_in]), ax(inner[q.n_in:])),) * 2
     def place(x, s):
         if x is None: return None
         s = (tuple(s) + (None,) * x.ndim)[:x.ndim]
