@@ -19,7 +19,7 @@ from .rewards.gsm8k import format_gold, format_ok
 # %% auto #0
 __all__ = ['pass_at_k', 'majority_answer', 'maj_at_k', 'wilson_interval', 'bootstrap_ci', 'paired_difference', 'summarize',
            'format_summary', 'json_default', 'write_jsonl', 'read_jsonl', 'rescore_record', 'score_completions_file',
-           'plot_accuracy']
+           'plot_accuracy', 'plot_rl_run', 'before_after_table']
 
 # %% ../nbs/08_metrics.ipynb #c2431330
 def pass_at_k(n, c, k: int):
@@ -231,3 +231,41 @@ def plot_accuracy(summaries: dict[str, dict], path=None, metrics: Sequence[str] 
     fig.tight_layout()
     if path is not None: Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
     return fig
+
+# %% ../nbs/08_metrics.ipynb #1fbfef99
+def plot_rl_run(run_dir: Path, records: list, before: dict | None, after: dict | None) -> list[str]:
+    "PNG plots: reward curves and RL diagnostics per step; before/after bars."
+    from matplotlib.figure import Figure     # no pyplot: the caller's backend (a notebook's inline one) is left alone
+    paths = []
+    if records:
+        steps = [r["step"] for r in records]
+        fig = Figure(figsize=(15, 4)); ax = fig.subplots(1, 3)
+        for k in sorted(k for k in records[0] if k.startswith("rewards/") and k.endswith("/mean")):
+            ax[0].plot(steps, [r[k] for r in records], label=k.split("/")[1])
+        ax[0].plot(steps, [r["reward_mean"] for r in records], "k", label="total"); ax[0].legend(); ax[0].set_title("reward")
+        for k in ("kl", "entropy", "clip_frac"):
+            if k in records[0]: ax[1].plot(steps, [r[k] for r in records], label=k)
+        ax[1].legend(); ax[1].set_title("KL / entropy / clip fraction")
+        ax[2].plot(steps, [r["completion_length_mean"] for r in records]); ax[2].set_title("completion length")
+        for a in ax: a.set_xlabel("step")
+        fig.tight_layout(); p = run_dir / "rl_curves.png"; fig.savefig(p, dpi=80); paths.append(str(p))
+    if before and after:
+        keys = [k for k in before if k in after and before[k]["lo"] is not None]
+        fig = Figure(figsize=(1.6 * len(keys) + 2, 4)); ax = fig.subplots()
+        x = np.arange(len(keys))
+        for off, (lab, s) in zip((-0.2, 0.2), (("before", before), ("after", after))):
+            m = np.array([s[k]["mean"] for k in keys])
+            err = np.array([[max(m[i] - s[k]["lo"], 0.0), max(s[k]["hi"] - m[i], 0.0)] for i, k in enumerate(keys)]).T
+            ax.bar(x + off, m, 0.4, yerr=err, label=lab, capsize=3)
+        ax.set_xticks(x, keys, rotation=20); ax.legend(); ax.set_title("evaluation before / after RL (95% CI)")
+        fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); paths.append(str(p))
+    return paths
+
+# %% ../nbs/08_metrics.ipynb #c302b129
+def before_after_table(before: dict, after: dict) -> str:
+    "A markdown table of the before/after evaluation."
+    lines = ["| metric | before | after |", "|---|---|---|"]
+    fmt = lambda s: f"{s['mean']:.3f}" + (f" [{s['lo']:.3f}, {s['hi']:.3f}]" if s["lo"] is not None else "")
+    for k in before:
+        if k in after: lines.append(f"| {k} | {fmt(before[k])} | {fmt(after[k])} |")
+    return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Shared fixtures: the two embedded real models as HF folders (fetched once into $MAXPOST_CACHE and reused)."""
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 import pytest
 
@@ -113,3 +113,25 @@ def tool_ckpt(tmp_path_factory):
     params = warm_start(multiplication_split(2000, 300, 2, 0)[0], steps=0, call_steps=20, batch=16, T=64)
     (d / "digits.py").write_text(TOOL_DIGITS)
     return save_checkpoint(d / "tiny", params, model_config("tiny-llama"), model_name="tiny-llama"), d / "digits.py"
+
+def run_together(*jobs, timeout: float = 600) -> list:
+    """Start every `(cmd, env)` of `jobs` at once in the repo root and wait for all: their `CompletedProcess`es (text
+    output), in order. For a test's independent runs (a reference and a variant writing different run folders, and
+    different programs, so neither would hit the other's compilation cache): much of each is single-threaded (XLA's
+    compiles, Python), so together they use a 2-core machine's second core. Any failure to finish kills them all."""
+    import subprocess, tempfile
+    procs = []
+    try:
+        for cmd, env in jobs:
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            procs.append((cmd, subprocess.Popen([str(a) for a in cmd], stdout=out, stderr=err, env=env, cwd=ROOT), out, err))
+        t_end, res = time.time() + timeout, []
+        for cmd, p, out, err in procs:
+            p.wait(timeout=max(1.0, t_end - time.time()))
+            text = [(f.seek(0), f.read().decode(errors="replace"))[1] for f in (out, err)]
+            res.append(subprocess.CompletedProcess(cmd, p.returncode, *text))
+        return res
+    finally:
+        for _, p, out, err in procs:
+            if p.poll() is None: p.kill(); p.wait()
+            out.close(); err.close()

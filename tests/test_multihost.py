@@ -7,7 +7,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import cli_env, read_metrics as _metrics
+from conftest import cli_env, read_metrics as _metrics, run_together
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -42,12 +42,10 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multihost")
     out = [f"base_output_directory={tmp}"]
     t0 = time.time()
-    _check(subprocess.run(_sft(*ARGS, *out, "run_name=one"), capture_output=True, text=True, cwd=ROOT,
-                          env=_env(tmp, 8), timeout=600))
-    t1 = time.time()
-    two = _check(subprocess.run(_launch(2, 4, *ARGS, *out, "run_name=two"), capture_output=True, text=True,
-                                cwd=ROOT, env=_env(tmp), timeout=600))
-    print(f"1 process: {t1 - t0:.0f} s; 2 processes: {time.time() - t1:.0f} s")
+    one, two = run_together((_sft(*ARGS, *out, "run_name=one"), _env(tmp, 8)),
+                            (_launch(2, 4, *ARGS, *out, "run_name=two"), _env(tmp)))
+    _check(one); _check(two)
+    print(f"1 process and 2 processes, side by side: {time.time() - t0:.0f} s")
     return tmp, two
 
 def test_two_processes_train_like_one(runs):
@@ -98,10 +96,10 @@ def test_dpo_two_processes_like_one(tmp_path):
     held-out accuracy of 1 process × 4 devices within float tolerance, end with the same weights, and only process 0
     wrote the run's files."""
     dpo = lambda *a: [sys.executable, "-m", "maxpost.train_dpo", *DPO_ARGS, f"base_output_directory={tmp_path}", *a]
-    _check(subprocess.run(dpo("run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 4), timeout=600))
-    two = _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
-                                 "--", *dpo("run_name=two")], capture_output=True, text=True, cwd=ROOT,
-                                env=_env(tmp_path), timeout=600))
+    one, two = run_together((dpo("run_name=one"), _env(tmp_path, 4)),
+                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
+                              "--", *dpo("run_name=two")], _env(tmp_path)))
+    _check(one); _check(two)
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, DPO_STEPS + 1))
     for a, b in zip(one_m, two_m):
@@ -217,6 +215,17 @@ def digits(prompts, completions, **kw):
 def _rl(*args) -> list[str]:
     return [sys.executable, "-m", "maxpost.train_rl", *args]
 
+def _rl_one_and_two(args, tmp, one_devices: int, per_process: int, what: str):
+    """`train_rl args` as run `one` (1 process × `one_devices`) and run `two` (2 processes × `per_process`), side by
+    side (`run_together`), both checked; run two's result."""
+    t0 = time.time()
+    one, two = run_together((_rl(*args, "run_name=one"), _env(tmp, one_devices)),
+                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2",
+                              f"--devices_per_process={per_process}", "--", *_rl(*args, "run_name=two")], _env(tmp)))
+    _check(one); _check(two)
+    print(f"{what}, 1 process and 2 processes, side by side: {time.time() - t0:.0f} s")
+    return two
+
 def test_rl_two_processes_like_one(tmp_path):
     """GRPO on the tiny gemma (8 prompts × 4 samples, 2 iterations, KL to the reference, packed updates), 3 steps and an
     evaluation before and after: 2 processes × 2 devices, each sampling 4 of the prompts, log the rewards of 1 process ×
@@ -224,14 +233,7 @@ def test_rl_two_processes_like_one(tmp_path):
     evaluations are identical and only process 0 wrote the run's files."""
     (tmp_path / "digits.py").write_text(DIGITS)
     args = [*RL_ARGS, f"reward_functions_path={tmp_path / 'digits.py'}:digits", f"base_output_directory={tmp_path}"]
-    t0 = time.time()
-    _check(subprocess.run(_rl(*args, "run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 4),
-                          timeout=600))
-    t1 = time.time()
-    two = _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
-                                 "--", *_rl(*args, "run_name=two")], capture_output=True, text=True, cwd=ROOT,
-                                env=_env(tmp_path), timeout=600))
-    print(f"RL, 1 process: {t1 - t0:.0f} s; 2 processes: {time.time() - t1:.0f} s")
+    two = _rl_one_and_two(args, tmp_path, 4, 2, "RL")
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, RL_STEPS + 1))
     for a, b in zip(one_m, two_m):
@@ -266,14 +268,7 @@ def test_rl_one_step_off_two_processes_like_one(tmp_path):
     (tmp_path / "digits.py").write_text(DIGITS)
     args = [*RL_ARGS, f"reward_functions_path={tmp_path / 'digits.py'}:digits", f"base_output_directory={tmp_path}",
             "rollout_mode=one_step_off", "eval_before_after=false", "save_model=false"]
-    t0 = time.time()
-    _check(subprocess.run(_rl(*args, "run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 4),
-                          timeout=600))
-    t1 = time.time()
-    _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
-                           "--", *_rl(*args, "run_name=two")], capture_output=True, text=True, cwd=ROOT,
-                          env=_env(tmp_path), timeout=600))
-    print(f"RL one_step_off, 1 process: {t1 - t0:.0f} s; 2 processes: {time.time() - t1:.0f} s")
+    two = _rl_one_and_two(args, tmp_path, 4, 2, "RL one_step_off")
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, RL_STEPS + 1))
     for m in (one_m, two_m):
@@ -329,14 +324,7 @@ def test_tool_rl_two_processes_like_one(tool_ckpt, tmp_path):
     prompts (a group never spans processes), log the rewards and tool counts of 1 process × 2 devices exactly (every
     episode samples from its own stream, turn after turn) and the losses within float tolerance; the evaluations agree."""
     args = _tool_args(tool_ckpt, tmp_path)
-    t0 = time.time()
-    _check(subprocess.run(_rl(*args, "run_name=one"), capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path, 2),
-                          timeout=600))
-    t1 = time.time()
-    _check(subprocess.run([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=1",
-                           "--", *_rl(*args, "run_name=two")], capture_output=True, text=True, cwd=ROOT,
-                          env=_env(tmp_path), timeout=600))
-    print(f"tool RL, 1 process: {t1 - t0:.0f} s; 2 processes: {time.time() - t1:.0f} s")
+    two = _rl_one_and_two(args, tmp_path, 2, 1, "tool RL")
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, RL_STEPS + 1))
     for a, b in zip(one_m, two_m):

@@ -6,7 +6,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
-from conftest import cli_env as _env, kill_at, read_metrics as _metrics, run_json, xla_cache
+from conftest import cli_env as _env, kill_at, last_json, read_metrics as _metrics, run_json, run_together, xla_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -401,10 +401,15 @@ def test_tool_rl_resumes_exactly_after_sigkill(tool_ckpt, tmp_path):
               "num_generations=4", "max_prefill_predict_length=32", "max_completion_length=16", "steps=4",
               "checkpoint_period=2", "eval_before_after=false", "chips_per_vm=1", "enable_tqdm=false",
               f"base_output_directory={tmp_path}"]
-    ref = _run(common + ["run_name=ref"], env)
-    ref_m = _metrics(ref["run_dir"])
-    assert all(m["tools/turns_mean"] > 1 for m in ref_m), ref_m      # episodes of two turns: not vacuous
+    import threading                                    # the reference runs beside the run that is killed
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=run_together((_cmd(*common, "run_name=ref"), env), timeout=600)[0]))
+    t.start()
     kill_at(_cmd(*common, "run_name=killed"), env, tmp_path / "killed" / "checkpoints" / "2", 400)
+    t.join()
+    assert box["r"].returncode == 0, box["r"].stderr[-3000:]
+    ref_m = _metrics(last_json(box["r"].stdout)["run_dir"])
+    assert all(m["tools/turns_mean"] > 1 for m in ref_m), ref_m      # episodes of two turns: not vacuous
     assert not (tmp_path / "killed" / "checkpoints" / "4").exists()
     res = _run(common + ["run_name=killed"], env)
     assert res["start_step"] == 2 and res["steps"] == 4, res

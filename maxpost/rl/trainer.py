@@ -35,6 +35,7 @@ from ..trainer import Trainer, export_model, load_base, start_run
 from ..distributed import gather_host, gather_json, is_main_process, local_rows, process_allgather
 from ..sharding import named_sharding, process_rows, replicated, tree_shardings
 from jax.sharding import NamedSharding, PartitionSpec
+from ..metrics import before_after_table, plot_rl_run
 from .config import RLConfig, check_config, importance_sampling
 from .rollout import (OneStepOff, PromptStream, collect_rollout, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
                                 load_rewards, pack_rollout, rollout_arrays, round_seed, sampling_params, score, summarize_eval,
@@ -42,7 +43,7 @@ from .rollout import (OneStepOff, PromptStream, collect_rollout, check_dataset, 
 
 # %% auto #0
 __all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'evaluate_policy', 'load_policy_base',
-           'make_rollout_engine', 'before_after_table', 'train']
+           'make_rollout_engine', 'train']
 
 # %% ../../nbs/10c_rl_trainer.ipynb #17724326
 def token_logps_entropy(logits_fn, hidden, targets, chunk_size: int = 256, temperature: float = 1.0,
@@ -372,44 +373,6 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     eng.sync_weights(trainer.host_engine_params(state))
     return eng
 
-# %% ../../nbs/10c_rl_trainer.ipynb #1fbfef99
-def _plot(run_dir: Path, records: list, before: dict | None, after: dict | None) -> list[str]:
-    "PNG plots: reward curves and RL diagnostics per step; before/after bars."
-    from matplotlib.figure import Figure     # no pyplot: the caller's backend (a notebook's inline one) is left alone
-    paths = []
-    if records:
-        steps = [r["step"] for r in records]
-        fig = Figure(figsize=(15, 4)); ax = fig.subplots(1, 3)
-        for k in sorted(k for k in records[0] if k.startswith("rewards/") and k.endswith("/mean")):
-            ax[0].plot(steps, [r[k] for r in records], label=k.split("/")[1])
-        ax[0].plot(steps, [r["reward_mean"] for r in records], "k", label="total"); ax[0].legend(); ax[0].set_title("reward")
-        for k in ("kl", "entropy", "clip_frac"):
-            if k in records[0]: ax[1].plot(steps, [r[k] for r in records], label=k)
-        ax[1].legend(); ax[1].set_title("KL / entropy / clip fraction")
-        ax[2].plot(steps, [r["completion_length_mean"] for r in records]); ax[2].set_title("completion length")
-        for a in ax: a.set_xlabel("step")
-        fig.tight_layout(); p = run_dir / "rl_curves.png"; fig.savefig(p, dpi=80); paths.append(str(p))
-    if before and after:
-        keys = [k for k in before if k in after and before[k]["lo"] is not None]
-        fig = Figure(figsize=(1.6 * len(keys) + 2, 4)); ax = fig.subplots()
-        x = np.arange(len(keys))
-        for off, (lab, s) in zip((-0.2, 0.2), (("before", before), ("after", after))):
-            m = np.array([s[k]["mean"] for k in keys])
-            err = np.array([[max(m[i] - s[k]["lo"], 0.0), max(s[k]["hi"] - m[i], 0.0)] for i, k in enumerate(keys)]).T
-            ax.bar(x + off, m, 0.4, yerr=err, label=lab, capsize=3)
-        ax.set_xticks(x, keys, rotation=20); ax.legend(); ax.set_title("evaluation before / after RL (95% CI)")
-        fig.tight_layout(); p = run_dir / "eval_before_after.png"; fig.savefig(p, dpi=80); paths.append(str(p))
-    return paths
-
-# %% ../../nbs/10c_rl_trainer.ipynb #c302b129
-def before_after_table(before: dict, after: dict) -> str:
-    "A markdown table of the before/after evaluation."
-    lines = ["| metric | before | after |", "|---|---|---|"]
-    fmt = lambda s: f"{s['mean']:.3f}" + (f" [{s['lo']:.3f}, {s['hi']:.3f}]" if s["lo"] is not None else "")
-    for k in before:
-        if k in after: lines.append(f"| {k} | {fmt(before[k])} | {fmt(after[k])} |")
-    return "\n".join(lines)
-
 # %% ../../nbs/10c_rl_trainer.ipynb #562e87a9
 def _eval_before(run_dir: Path, ev: Callable, start: int) -> dict:
     "The evaluation before training: the run folder's eval_before.json (a resumed run's), else `ev(0, \"before\")`, stored."
@@ -468,7 +431,7 @@ def train(cfg: RLConfig, extra_rewards: Sequence[Callable] = ()) -> dict:
             print(table, file=sys.stderr)
     main = is_main_process()                    # process 0 alone wrote metrics.jsonl and writes plots and the model
     records = [json.loads(l) for l in run.metrics_path.read_text().splitlines() if l.strip()] if main else []
-    plots = _plot(run_dir, records, before, after) if main else []
+    plots = plot_rl_run(run_dir, records, before, after) if main else []
     model_dir = export_model(cfg, summary, trainer, state, run_dir, tok_dir)    # every process gathers, 0 writes
     times = {k[5:]: float(np.sum([r[k] for r in records])) for k in (records[0] if records else {}) if k.startswith("time/")}
     return {"run_dir": str(run_dir), "steps": summary["steps"], "start_step": start,
