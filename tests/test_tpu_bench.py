@@ -69,20 +69,21 @@ def _run(kind: str, date: str, tps: float) -> list[dict]:
 
 def test_write_results_one_block_per_device_and_date(tmp_path):
     """Into a copy of RESULTS_tpu.md holding blocks of another device and of another date: a new run is appended, the
-    same device and date again replaces only its own block, and every other byte stays."""
+    same device and date again replaces only its own block, and every other byte stays. The dates are in 2000, so
+    that no real run's block in the file shares their key."""
     import tpu_results as tr
     md = tmp_path / "RESULTS_tpu.md"
     shutil.copy(ROOT / "benchmarks" / "RESULTS_tpu.md", md)
-    tr.write_results(md, _run("TPU v6 lite", "2026-12-01", 40_000.0))
-    tr.write_results(md, _run("TPU v5 lite", "2026-12-05", 20_000.0))
+    tr.write_results(md, _run("TPU v6 lite", "2000-01-01", 40_000.0))
+    tr.write_results(md, _run("TPU v5 lite", "2000-01-02", 20_000.0))
     before = md.read_text()
-    tr.write_results(md, _run("TPU v5 lite", "2026-12-06", 23_000.0))
+    tr.write_results(md, _run("TPU v5 lite", "2000-01-03", 23_000.0))
     after = md.read_text()
-    assert after.startswith(before) and after.count("<!-- tpu.py: TPU v5 lite 2026-12-06 -->") == 1
+    assert after.startswith(before) and after.count("<!-- tpu.py: TPU v5 lite 2000-01-03 -->") == 1
     assert "| 23,000 tokens/s" in after and "skipped: budget (12.0 s left)" in after
-    tr.write_results(md, _run("TPU v5 lite", "2026-12-06", 24_000.0))        # the same key: replaced in place
+    tr.write_results(md, _run("TPU v5 lite", "2000-01-03", 24_000.0))        # the same key: replaced in place
     again = md.read_text()
-    assert again.startswith(before) and again.count("<!-- tpu.py: TPU v5 lite 2026-12-06 -->") == 1
+    assert again.startswith(before) and again.count("<!-- tpu.py: TPU v5 lite 2000-01-03 -->") == 1
     assert "| 24,000 tokens/s" in again and "| 23,000 tokens/s" not in again
     for other in ("| 40,000 tokens/s", "| 20,000 tokens/s"):                  # the other blocks are kept
         assert again.count(other) == 1
