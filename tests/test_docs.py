@@ -315,3 +315,15 @@ def test_failing_tutorial_fails_the_build(tmp_path):
     nbformat.write(nb, nbs / 'tutorials' / 'broken.ipynb')
     r = build(tmp_path / 'site3', '--nbs', str(nbs))
     assert r.returncode == 0 and 'executed in' not in r.stdout, r.stdout + r.stderr
+
+def test_repair_fragments_unlinks_private_names():
+    "A method link without an entry points at its class; a private name without an entry is left as its code."
+    sys.path.insert(0, str(ROOT / 'tools'))
+    import docs_site as S
+    page = ('<div id="Cls"></div><h2 id="_kept">t</h2><a href="a.html#_helper"><code>_helper</code></a> '
+            '<a href="a.html#Cls.m"><code>m</code></a> <a href="a.html#_kept">k</a> <a href="a.html#missing">x</a>')
+    out, fixed = S.repair_fragments({'a.html': page})
+    assert '<code>_helper</code> ' in out['a.html'] and 'href="a.html#_helper"' not in out['a.html']
+    assert 'href="a.html#Cls"' in out['a.html'] and 'href="a.html#_kept"' in out['a.html']
+    assert 'href="a.html#missing"' in out['a.html'], 'a public name without an entry stays a (broken) link: the site test catches it'
+    assert len(fixed) == 2, fixed

@@ -325,7 +325,7 @@ def write_site(out: Path, nbs: Path, results: list[dict], site_title: str, site_
     entries += [dict(page=r['page'], title=r['title'], description=r['description'], source=f"{nbs.name}/{r['rel']}")
                 for r in results]
     bodies, repaired = S.repair_fragments({r['page']: r['body'] for r in results})
-    for line in repaired: print(f'  link to a method without an entry, pointed at its class: {line}')
+    for line in repaired: print(f'  link repaired: {line}')
     pages = [(r['page'], r['title'], r['description'], bodies[r['page']], S.toc_html(r['toc'])) for r in results]
     if not has_index:
         pages.append(('index.html', site_title, '', S.generated_index(entries[1:], site_desc), ''))

@@ -124,7 +124,8 @@ _re_href = re.compile(r'href="([^"#:]*\.html)#([^"]+)"')
 
 def repair_fragments(bodies: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     ("nbdev links a method to `page#class.method` even when only the class has an entry: point such links at the"
-     " class (`page#class`). Returns the bodies and the links repaired")
+     " class (`page#class`). It links a private name (`_helper`) that has no entry at all: such a link becomes its"
+     " text. Returns the bodies and the links repaired")
     import posixpath
     ids = {p: set(re.findall(r'\sid="([^"]+)"', b)) for p, b in bodies.items()}
     fixed = []
@@ -138,7 +139,18 @@ def repair_fragments(bodies: dict[str, str]) -> tuple[dict[str, str], list[str]]
             fixed.append(f'{page}: {m.group(1)}#{frag} -> #{parent}')
             return f'href="{m.group(1)}#{parent}"'
         return sub
-    return {p: _re_href.sub(fix(p), b) for p, b in bodies.items()}, fixed
+    bodies = {p: _re_href.sub(fix(p), b) for p, b in bodies.items()}
+    def unlink(page):        # a private name (`_helper`) has no entry: its mention stays code, not a broken link
+        def sub(m):
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(page), m.group(1)))
+            have = ids.get(target)
+            if have is None or m.group(2) in have: return m.group(0)
+            fixed.append(f'{page}: {m.group(1)}#{m.group(2)} -> unlinked (a private name has no entry)')
+            return m.group(3)
+        return sub
+    return {p: _re_private.sub(unlink(p), b) for p, b in bodies.items()}, fixed
+
+_re_private = re.compile(r'<a href="([^"#:]*\.html)#(_[^"]+)"[^>]*>(.*?)</a>', re.S)
 
 _SEC = '\x00SEC:'
 
