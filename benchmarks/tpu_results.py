@@ -56,12 +56,22 @@ def rows(recs: list[dict]) -> list[str]:
     return out
 
 
-def section(recs: list[dict]) -> str:
-    "The markdown block of one run (its first record names the device and the versions)."
+def block_key(recs: list[dict]) -> str:
+    """The block's key: device kind and date, plus the items when the run chose some (`--items`), so that two runs of
+    different items on one day keep both blocks and a rewrite of the same run replaces its own."""
     s = next((r for r in recs if r.get("event") == "start"), None)
     if s is None: raise ValueError("the records hold no start record (event 'start'): not a tpu.py run")
-    key = s["run"]
-    head = (f"### `{COMMAND}` on {s['device_kind']}, {key.rsplit(' ', 1)[1]}\n\n"
+    argv = list(s.get("argv", []))
+    items = next((a.split("=", 1)[1] for a in argv if a.startswith("--items=")), None)
+    if "--items" in argv and argv.index("--items") + 1 < len(argv): items = argv[argv.index("--items") + 1]
+    return s["run"] + (f" [{items}]" if items else "")
+
+
+def section(recs: list[dict]) -> str:
+    "The markdown block of one run (its first record names the device and the versions)."
+    key = block_key(recs)
+    s = next(r for r in recs if r.get("event") == "start")
+    head = (f"### `{COMMAND}` on {s['device_kind']}, {s['run'].rsplit(' ', 1)[1]}\n\n"
             f"`{COMMAND} {' '.join(s.get('argv', []))}`; jax {s['jax']}, jaxlib {s['jaxlib']}, "
             f"{s.get('libtpu') or 'no libtpu package'} ({s.get('platform_version')}); bf16 matmul peak "
             f"{s['bf16_matmul_tflops']} TFLOP/s, elementwise HBM pass {s['hbm_bw_measured_gbps']} GB/s, both "
@@ -71,10 +81,9 @@ def section(recs: list[dict]) -> str:
 
 
 def write_results(path, recs: list[dict]) -> Path:
-    "Put this run's block into markdown file `path`: replace the block of the same device kind and date, else append."
+    "Put this run's block into markdown file `path`: replace the block of the same `block_key`, else append."
     p = Path(path)
-    block = section(recs)
-    key = next(r["run"] for r in recs if r.get("event") == "start")
+    block, key = section(recs), block_key(recs)
     text = p.read_text() if p.exists() else ""
     b, e = _begin(key), _end(key)
     if b in text:

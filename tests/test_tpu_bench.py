@@ -88,6 +88,13 @@ def test_write_results_one_block_per_device_and_date(tmp_path):
     for other in ("| 40,000 tokens/s", "| 20,000 tokens/s"):                  # the other blocks are kept
         assert again.count(other) == 1
     assert again.startswith((ROOT / "benchmarks" / "RESULTS_tpu.md").read_text())
+    # a run of other items on the same day keeps the day's first block and adds its own
+    other = _run("TPU v5 lite", "2000-01-03", 25_000.0)
+    other[0]["argv"] = ["--items", "sampler,grpo"]
+    tr.write_results(md, other)
+    both = md.read_text()
+    assert both.startswith(again) and "<!-- tpu.py: TPU v5 lite 2000-01-03 [sampler,grpo] -->" in both
+    assert "| 24,000 tokens/s" in both and "| 25,000 tokens/s" in both
 
 
 def test_bad_input_one_line_error_before_any_work(tmp_path):
