@@ -89,11 +89,19 @@ def kill_at(cmd, env, ckpt: Path, timeout: float):
     assert p.returncode == -signal.SIGKILL, f"run ended by itself before the kill: {p.stderr.read()[-2000:]}"
 
 def pytest_terminal_summary(terminalreporter):
-    "The notebooks' own wall times (their tests overlap, so --durations shows only each one's wait)."
-    secs = getattr(sys.modules.get("test_notebooks") or sys.modules.get("tests.test_notebooks"), "SECONDS", None)
+    """The notebooks' own wall and CPU times (their tests overlap, so --durations shows only each one's wait, and a wall
+    time includes the overlap), by CPU time, and the session's total CPU time against its wall time."""
+    mod = sys.modules.get("test_notebooks") or sys.modules.get("tests.test_notebooks")
+    secs, cpu = getattr(mod, "SECONDS", None), getattr(mod, "CPU", {})
     if secs:
-        terminalreporter.section("notebook processes, slowest 25 (wall seconds)")
-        for stem, s in sorted(secs.items(), key=lambda kv: -kv[1])[:25]: terminalreporter.write_line(f"{s:8.1f}s  {stem}")
+        terminalreporter.section("notebook processes, by CPU time (all; seconds)")
+        for stem, c in sorted(cpu.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"cpu {c:7.1f}s  wall {secs[stem]:7.1f}s  {stem}")
+        terminalreporter.write_line(f"notebooks: cpu {sum(cpu.values()):.0f}s")
+    import resource
+    me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    terminalreporter.write_line(f"session: cpu {me.ru_utime + me.ru_stime:.0f}s in pytest's process, "
+                                f"{ch.ru_utime + ch.ru_stime:.0f}s in its subprocesses")
 
 TOOL_DIGITS = """
 def digits(prompts, completions, **kw):

@@ -7,11 +7,12 @@ too would pay for each tutorial twice.
 
 The notebooks' processes are pipelined: while the test of one notebook waits for its process, the processes of the
 next `MAXPOST_NB_JOBS - 1` selected notebooks (default 1) already run. Each notebook still gets its own process and
-its own pass/fail; only the waiting overlaps. Much of a notebook's time is spent in one thread (XLA's compiles,
+its own pass/fail; only the waiting overlaps. Since the processes overlap, a notebook's wall time says little of
+its cost; the terminal summary lists each one's CPU seconds too (its own and its subprocesses'). Much of a notebook's time is spent in one thread (XLA's compiles,
 Python between small programs), so two at a time use a 2-core machine's second core. `MAXPOST_NB_JOBS=1` runs them
 one after another, as before. No notebook's test asserts a wall time, apart from 07c's one-second bound on a regex
 that must not backtrack (its normal time is milliseconds)."""
-import atexit, os, subprocess, sys, tempfile, time
+import atexit, os, resource, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
 
@@ -26,6 +27,11 @@ JOBS = max(1, int(os.environ.get("MAXPOST_NB_JOBS", "2")))
 TIMEOUT = 3600
 _procs: dict = {}          # notebook path → (Popen, stderr file, start time)
 SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
+CPU: dict = {}             # notebook stem → its process's CPU seconds (user + system, its waited-for children included)
+
+def _child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 def _start(nb: Path):
     if nb not in _procs:
@@ -49,8 +55,9 @@ def test_notebook(nb, request):
     i = order.index(nb) if nb in order else 0
     for nxt in [nb, *order[i + 1:i + JOBS]]: _start(nxt)
     p, err, t0 = _procs.pop(nb)
+    c0 = _child_cpu()                    # only this process is reaped in between: the difference is its CPU time
     try: rc = p.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired: p.kill(); p.wait(); rc = f"killed after {TIMEOUT} s"
-    SECONDS[nb.stem] = time.perf_counter() - t0
+    SECONDS[nb.stem], CPU[nb.stem] = time.perf_counter() - t0, _child_cpu() - c0
     err.seek(0); tail = err.read()[-6000:].decode(errors="replace"); err.close()
     assert rc == 0, f"{nb.name} failed ({rc}):\n{tail}"
