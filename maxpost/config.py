@@ -309,7 +309,7 @@ def dump_config(cfg: Config, path):
 def _example(a: Alias, cls: Type[Config]) -> list[str]:
     "Command-line arguments that use alias `a` of `cls` (its `example`, or the target's default under the alias's name)."
     if a.example is not None: return a.example.split()
-    v = cls().model_dump()
+    v = cls.model_construct().model_dump()   # the defaults, unvalidated: a command may need keys set (a teacher)
     for part in a.to[0].split("."): v = v[part]
     return [f"{n}={v if isinstance(v, str) else json.dumps(v)}" for n in a.names]
 
