@@ -65,7 +65,7 @@ docs: setup docs-deps
 	$(BIN)/python tools/build_docs.py --out _site
 
 test: setup setup-vllm models system-deps docs-deps sync-check
-	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=25 --timeout=2400
+	$(BIN)/python -m pytest tests -v -p no:cacheprovider --durations=60 --timeout=2400
 
 clean:
 	rm -rf _site _proc runs
