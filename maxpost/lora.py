@@ -19,6 +19,7 @@ from pydantic import field_validator
 
 from .config import Config, ConfigError, PosFloat, PosInt, alias
 from .model import Decoder, ModelConfig, PARAM_AXES, param_shapes
+from .quant import QuantWeight
 from .sharding import named_sharding, tree_shardings
 
 # %% auto #0
@@ -110,7 +111,9 @@ class TrainerWeights:
 
 def place_weight(x, dtype, sharding):
     """`x` in `dtype` on `sharding`: a host (numpy) array is cast on the host and sent; a jax array is cast and moved
-    on the devices; a `jax.ShapeDtypeStruct` (an abstract weight, `maxpost.aot`) stays abstract."""
+    on the devices; a `jax.ShapeDtypeStruct` (an abstract weight, `maxpost.aot`) stays abstract; a `QuantWeight` (a
+    stored quantized base) stays as it is, for `maxpost.quant.quantize_frozen` to place."""
+    if isinstance(x, QuantWeight): return x
     if isinstance(x, jax.ShapeDtypeStruct): return jax.ShapeDtypeStruct(x.shape, jnp.dtype(dtype), sharding=sharding)
     if isinstance(x, jax.Array): return jax.device_put(x.astype(dtype), sharding)
     return jax.device_put(np.asarray(x).astype(np.dtype(dtype)), sharding)

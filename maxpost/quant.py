@@ -34,6 +34,7 @@ class QuantKeys(Config):
     lora_weight_qtype: Literal["", "int8", "nf4"] = ""   # "": the base in weight_dtype; int8: per output channel; nf4: QLoRA
     lora_tile_size: PosInt = 64                          # nf4's block: weights per absmax scale (QLoRA: 64)
     lora_double_quant: bool = False                      # nf4: the block scales themselves in int8, 256 a block
+    quantized_base_path: str = "auto"                    # the stored quantized base (maxpost.quant_store); "": none
     key_aliases = (alias("lora.*", "*", note="MaxText's `lora:` section", example="lora.lora_weight_qtype=int8"),
                    alias("bnb_4bit_use_double_quant", "lora_double_quant", source="TRL"))
 
@@ -47,6 +48,10 @@ class QuantKeys(Config):
             raise ConfigError("lora_double_quant=true applies to lora_weight_qtype=nf4 only", key="lora_double_quant")
         if q == "nf4" and self.lora_tile_size % 2:
             raise ConfigError(f"lora_tile_size={self.lora_tile_size} must be even (two nf4 codes a byte)", key="lora_tile_size")
+        named = self.quantized_base_path not in ("", "auto")
+        if named and (not q or not getattr(self, "load_parameters_path", "x")):
+            raise ConfigError(f"quantized_base_path={self.quantized_base_path} stores the quantized base of "
+                              "load_parameters_path: set lora_weight_qtype and load_parameters_path", key="quantized_base_path")
         return self
 
 
@@ -228,6 +233,11 @@ def quantize_frozen(base: dict, base_sh: dict, in_axes: dict, qtype: str = "", b
     if not qtype: return base, base_sh
     base, base_sh = dict(base), dict(base_sh)
     for k in (k for k in in_axes if k in base):
+        if isinstance(base[k], QuantWeight):      # quantized already (a stored base): placed as it is
+            if base[k].qtype != qtype:
+                raise ConfigError(f"lora_weight_qtype={qtype}, but the base's {k} is {base[k].qtype}", key="lora_weight_qtype")
+            base_sh[k] = quant_sharding(base[k], base_sh[k]); base[k] = jax.device_put(base[k], base_sh[k])
+            continue
         f = partial(quantize, qtype=qtype, n_in=in_axes[k], batch_dims=1, block=block, double_quant=double_quant)
         sh = quant_sharding(jax.eval_shape(f, base[k]), base_sh[k])
         if isinstance(base[k], jax.ShapeDtypeStruct):

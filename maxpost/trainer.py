@@ -22,6 +22,7 @@ from .distributed import initialize, is_main_process, process_allgather
 from .loop import RunLoop, jit_sharded, train_state_shardings
 from .lora import LORA_IN_AXES, init_lora, lora_terms, merge_lora, trainer_weights
 from .quant import dequantize_base, quantize_frozen
+from .quant_store import load_source
 from .model import DTYPES, ModelConfig, PARAM_AXES, init_param, model_config, param_shapes, random_params
 from .sharding import batch_sharding, process_rows, tree_shardings
 
@@ -43,10 +44,11 @@ def device_params(mcfg: ModelConfig, seed: int, mesh, dtype) -> dict:
 def load_base(cfg, mesh=None) -> tuple[ModelConfig, dict, Path | None]:
     """(model config, base params, tokenizer folder or None) of `cfg`'s `load_parameters_path` (`load_any`), or a
     random init of `model_name`: numpy on a CPU (or without `mesh`), else drawn on `mesh`'s devices (`device_params`)
-    in `weight_dtype`. `tokenizer_path`, when set, names the tokenizer."""
+    in `weight_dtype`. `tokenizer_path`, when set, names the tokenizer. A QLoRA run's layer weights may come back as
+    `QuantWeight`s, read from (or quantized and written to) its stored quantized base (`maxpost.quant_store`)."""
     tok = Path(cfg.tokenizer_path) if cfg.tokenizer_path else None
     if cfg.load_parameters_path:
-        params, mcfg, found = load_any(cfg.load_parameters_path, cfg.model_name or None)
+        params, mcfg, found = load_source(cfg, mesh)       # load_any, or the stored quantized base
         return mcfg, params, tok or found
     mcfg = model_config(cfg.model_name)
     if mesh is not None and mesh.devices.flat[0].platform != "cpu":

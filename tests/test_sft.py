@@ -205,3 +205,31 @@ def test_nonfinite_loss_stops_and_saves_nothing_of_that_step(tmp_path):
     saved = sorted(int(d.name) for d in (run_dir / "checkpoints").iterdir() if d.name.isdigit())
     assert all(s < bad for s in saved), (saved, line)
     assert not (run_dir / "model").exists()
+
+def test_cli_qlora_stores_and_reads_the_quantized_base(tmp_path):
+    """`python -m maxpost.train_sft … load_parameters_path=CKPT use_lora=true lora_weight_qtype=nf4` twice: the first
+    run quantizes the base and stores it (`maxpost.quant_store`, quantized_base_path=auto: under
+    base_output_directory/quantized_base), the second reads that store and does not quantize, and both log the same
+    first-step loss and gradient norm, bit for bit. A third run that names the store but asks for int8 exits 2 with
+    one line naming lora_weight_qtype, and leaves the store as it was."""
+    from conftest import run_module
+    from maxpost.checkpoint import save_checkpoint
+    from maxpost.model import model_config, random_params
+    ckpt = save_checkpoint(tmp_path / "ckpt", random_params(model_config("tiny-gemma3"), 0), model_config("tiny-gemma3"),
+                           model_name="tiny-gemma3")
+    env = _env(tmp_path)
+    common = TINY + [f"load_parameters_path={ckpt}", "use_lora=true", "lora_rank=4", "lora_weight_qtype=nf4",
+                     "lora_double_quant=true", "steps=1", "eval_interval=0", f"base_output_directory={tmp_path}"]
+    runs = [run_module("maxpost.train_sft", *common, f"run_name=r{i}", env=env) for i in (1, 2)]
+    assert "quantizing the base of" in runs[0].stderr and "nothing stored yet" in runs[0].stderr, runs[0].stderr[-2000:]
+    assert "quantized base read from" in runs[1].stderr and "quantizing" not in runs[1].stderr, runs[1].stderr[-2000:]
+    first = [_metrics(tmp_path / f"r{i}")[0] for i in (1, 2)]
+    assert (first[0]["loss"], first[0]["grad_norm"]) == (first[1]["loss"], first[1]["grad_norm"]), first
+    (store,) = (tmp_path / "quantized_base").iterdir()
+    assert store.name.endswith("-nf4-b64-dq-float32") and (store / "maxpost.json").exists(), store
+    before = sorted((p.relative_to(store), p.stat().st_mtime_ns) for p in store.rglob("*"))
+    bad = [a for a in common if not a.startswith(("lora_weight_qtype", "lora_double_quant"))]
+    _one_line_error(run_module("maxpost.train_sft", *bad, "lora_weight_qtype=int8", f"quantized_base_path={store}",
+                               "run_name=r3", env=env, check=False), "lora_weight_qtype", str(store))
+    assert sorted((p.relative_to(store), p.stat().st_mtime_ns) for p in store.rglob("*")) == before
+    print(first[0]["loss"], runs[1].stderr.strip().splitlines()[0])
