@@ -358,18 +358,19 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     from maxpost.checkpoint import empty_decoder
     from maxpost.engine import make_engine
     stop = get_dataset(cfg.dataset_type).stop_token_ids          # a built-in task's own stop ids; None: EOS
+    T = cfg.max_prefill_predict_length + cfg.max_completion_length
+    # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
+    max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
     if cfg.rollout_engine == "native":
         model = empty_decoder(trainer.mcfg, trainer.dtype, trainer.wdtype)
-        T = cfg.max_prefill_predict_length + cfg.max_completion_length
-        # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
-        max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
         eng = make_engine("native", model, tokenizer, max_batch=cfg.batch_size * cfg.num_generations,
                           max_len=max_len, max_prefill=max_prefill, stop_token_ids=stop)
     else:
-        vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm)
+        vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm, max_model_len=max_len)
         if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
+        if stop is not None: vkw["stop_token_ids"] = stop
         eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype,
-                          logprobs_mode="processed_logprobs", **vkw)      # log q of the sampling distribution
+                          logprobs_mode="processed_logprobs", **vkw)      # log q; prefix caching on
     eng.sync_weights(trainer.host_engine_params(state))
     return eng
 
