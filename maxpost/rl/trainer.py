@@ -317,6 +317,7 @@ def _step_metrics(ro: dict, ms: list, G: int, M: int, step: int, version: int, s
         c = {k: sum(p[2][k] for p in parts) for k in tc}
         out |= {"tools/call_rate": c["with_call"] / max(c["episodes"], 1), "tools/turns_mean": c["turns"] / max(c["episodes"], 1),
                 "tools/malformed_rate": c["malformed"] / max(c["calls"], 1)}
+        if c.get("prompt_tokens"): out["tools/prefix_cache_hit_rate"] = c["cached_prompt_tokens"] / c["prompt_tokens"]
     last = ms[-1]
     for k in ms[0]:
         if k.startswith(("sampling/", "rollout_corr/")):   # engine vs π_old: the first pass, where π_old is exact
