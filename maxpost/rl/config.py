@@ -227,9 +227,6 @@ def _check_keys(cfg: RLConfig):
     bad = [n for n in (x.strip() for x in cfg.tools.replace(";", ",").split(",")) if n and n not in BUILTIN_TOOLS]
     if bad: raise ConfigError(f"unknown tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} (your own: "
                               f"tools_path='path/to/module.py:fn')", key="tools")
-    if cfg.multi_turn and cfg.rollout_engine != "native":
-        raise ConfigError(f"multi-turn rollouts (tools / max_turns > 1) run on the native engine; rollout_engine="
-                          f"{cfg.rollout_engine} is not wired up for them", key="rollout_engine")
 
 # %% ../../nbs/10a_rl_config.ipynb #68437928
 def loss_config(cfg: RLConfig) -> LossConfig:

@@ -197,8 +197,14 @@ def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: 
     envs = [ScoredByRun(box, max_turns) for _ in range(len(rows) * G)]
     ep_rows = [dict(r, prompt=r["prompt_messages"]) for r in rows for _ in range(G)]
     sids = [int(s) * G + g for s in stream_ids for g in range(G)]
+    st = getattr(engine, "stats", None) or {}       # an engine with a prefix cache (vLLM) counts its hits
+    before = (st.get("prompt_tokens_total"), st.get("cached_prompt_tokens_total"))
     eps = multi_turn_rollout(engine_generate(engine, params), envs, ep_rows, engine.tokenizer, params.max_tokens,
                              max_length, sids)
     res = episode_results(eps)
     for k, r in enumerate(res): r.prompt_index, r.sample_index = k // G, k % G
-    return res, tool_counts(eps, per_episode)
+    counts = tool_counts(eps, per_episode)
+    if not per_episode and None not in before:
+        counts |= {"prompt_tokens": engine.stats["prompt_tokens_total"] - before[0],
+                   "cached_prompt_tokens": engine.stats["cached_prompt_tokens_total"] - before[1]}
+    return res, counts

@@ -317,6 +317,7 @@ def _step_metrics(ro: dict, ms: list, G: int, M: int, step: int, version: int, s
         c = {k: sum(p[2][k] for p in parts) for k in tc}
         out |= {"tools/call_rate": c["with_call"] / max(c["episodes"], 1), "tools/turns_mean": c["turns"] / max(c["episodes"], 1),
                 "tools/malformed_rate": c["malformed"] / max(c["calls"], 1)}
+        if c.get("prompt_tokens"): out["tools/prefix_cache_hit_rate"] = c["cached_prompt_tokens"] / c["prompt_tokens"]
     last = ms[-1]
     for k in ms[0]:
         if k.startswith(("sampling/", "rollout_corr/")):   # engine vs π_old: the first pass, where π_old is exact
@@ -358,18 +359,19 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     from maxpost.checkpoint import empty_decoder
     from maxpost.engine import make_engine
     stop = get_dataset(cfg.dataset_type).stop_token_ids          # a built-in task's own stop ids; None: EOS
+    T = cfg.max_prefill_predict_length + cfg.max_completion_length
+    # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
+    max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
     if cfg.rollout_engine == "native":
         model = empty_decoder(trainer.mcfg, trainer.dtype, trainer.wdtype)
-        T = cfg.max_prefill_predict_length + cfg.max_completion_length
-        # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
-        max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
         eng = make_engine("native", model, tokenizer, max_batch=cfg.batch_size * cfg.num_generations,
                           max_len=max_len, max_prefill=max_prefill, stop_token_ids=stop)
     else:
-        vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm)
+        vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm, max_model_len=max_len)
         if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
+        if stop is not None: vkw["stop_token_ids"] = stop
         eng = make_engine("vllm", cfg.load_parameters_path, tokenizer, dtype=trainer.dtype,
-                          logprobs_mode="processed_logprobs", **vkw)      # log q of the sampling distribution
+                          logprobs_mode="processed_logprobs", **vkw)      # log q; prefix caching on
     eng.sync_weights(trainer.host_engine_params(state))
     return eng
 
