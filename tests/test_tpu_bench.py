@@ -34,7 +34,7 @@ def test_dry_run_records_and_rows(tmp_path):
     assert 0 < smp["fraction_of_bound"] and smp["hbm_bound_tokens_per_s"] > 0
     assert recs[-1]["event"] == "end" and not any(x.get("event") == "skipped" for x in recs)
     md = (out / "tpu_results.md").read_text()
-    assert md.startswith("<!-- tpu.py: " + start["run"] + " -->") and md.count("\n| ") == 3     # header + 2 rows
+    assert md.startswith("<!-- tpu.py: " + start["run"] + " [sft_lora,sampler] -->") and md.count("\n| ") == 3  # header + 2 rows
     assert "| sft lora tiny-gemma3 B=2 T=16 maxpost | tiny-gemma3, lora, B = 2 × 16" in md and "of the HBM bound" in md
 
 
