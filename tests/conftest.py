@@ -5,13 +5,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Every temporary file of the session goes under one fresh folder, removed at the end: the notebooks, the tutorials and
+# the CLI runs write checkpoints and HF folders with `tempfile` and leave them (a tutorial keeps its work folder for
+# its reader): several GB a run (the demo notebook's alone is 1.8 GB), and a CI run on a disk with less free failed. TMPDIR is what this process's
+# `tempfile` and every subprocess's use; `private_tmp` gives a subprocess a folder of its own, removed when it ends.
+import atexit, shutil, tempfile
+_SESSION_TMP = tempfile.mkdtemp(prefix="maxpost-test-")
+atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
+os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
+
+_FREE: list = [shutil.disk_usage(_SESSION_TMP).free]     # free bytes on the temporary folder's disk: start, then lowest
+
+def _watch_free():
+    while True:
+        time.sleep(5)
+        try: _FREE.append(min(_FREE[-1], shutil.disk_usage(_SESSION_TMP).free))
+        except OSError: return                 # the folder is gone: the session is ending
+        del _FREE[1:-1]
+
+import threading; threading.Thread(target=_watch_free, daemon=True).start()
+
+def private_tmp(name: str) -> Path:
+    "A fresh folder under the session's temporary folder, for one subprocess's TMPDIR; the caller removes it."
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_SESSION_TMP))
+
 # One persistent XLA compilation cache for the session, in a fresh folder removed at the end: the notebooks, the docs
 # build and the CLI runs are separate processes that compile many of the same programs (the same tiny models, and
 # every eager jnp op). Entries are keyed by the program's HLO, the compile options and flags (XLA_FLAGS included), the
 # backend and the jax/jaxlib versions, so a hit is the executable the compiler would have built. Every program is
 # kept (min compile time 0: most of these compile in under the default 1 s). A cache dir set outside wins.
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    import atexit, shutil, tempfile
     _XLA_CACHE = tempfile.mkdtemp(prefix="maxpost-xla-cache-")
     atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
@@ -102,6 +125,10 @@ def pytest_terminal_summary(terminalreporter):
     me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     terminalreporter.write_line(f"session: cpu {me.ru_utime + me.ru_stime:.0f}s in pytest's process, "
                                 f"{ch.ru_utime + ch.ru_stime:.0f}s in its subprocesses")
+    used = sum(f.stat().st_size for f in Path(_SESSION_TMP).rglob("*") if f.is_file())
+    terminalreporter.write_line(f"disk: {_FREE[0] / 2**30:.1f} GiB free at the start, {min(_FREE) / 2**30:.1f} GiB at "
+                                f"the lowest (5 s samples); {used / 2**30:.2f} GiB left in the session's temporary "
+                                f"folder at its end (removed on exit)")
 
 TOOL_DIGITS = """
 def digits(prompts, completions, **kw):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
+from conftest import private_tmp
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / 'tools' / 'build_docs.py'
@@ -26,8 +27,11 @@ VTIME = '--virtual-time-budget=10000'  # let deferred scripts (search) run befor
 def _in_ci() -> bool: return os.environ.get('CI', '').strip().lower() not in ('', '0', 'false', 'no')
 
 def build(out: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BUILD), '--out', str(out), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=2400)  # the tutorials run in the build
+    "Run build_docs.py into `out`; the tutorials it runs write their work folders to a TMPDIR removed afterwards."
+    tmp = private_tmp('build_docs')
+    try: return subprocess.run([sys.executable, str(BUILD), '--out', str(out), *args], cwd=ROOT, capture_output=True,
+                               text=True, timeout=2400, env=dict(os.environ, TMPDIR=str(tmp)))
+    finally: shutil.rmtree(tmp, ignore_errors=True)
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):

@@ -12,9 +12,10 @@ its cost; the terminal summary lists each one's CPU seconds too (its own and its
 Python between small programs), so two at a time use a 2-core machine's second core. `MAXPOST_NB_JOBS=1` runs them
 one after another, as before. No notebook's test asserts a wall time, apart from 07c's one-second bound on a regex
 that must not backtrack (its normal time is milliseconds)."""
-import atexit, os, resource, subprocess, sys, tempfile, time
+import atexit, os, resource, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
+from conftest import private_tmp
 
 NBS = sorted(p for p in (Path(__file__).resolve().parents[1] / "nbs").rglob("*.ipynb")
              if not any(part.startswith((".", "_")) for part in p.relative_to(p.parents[1]).parts)
@@ -25,7 +26,7 @@ RUN = ("import sys; from nbdev.test import test_nb; "
        "sys.exit(0 if ok else 1)")
 JOBS = max(1, int(os.environ.get("MAXPOST_NB_JOBS", "2")))
 TIMEOUT = 3600
-_procs: dict = {}          # notebook path → (Popen, stderr file, start time)
+_procs: dict = {}          # notebook path → (Popen, stderr file, start time, its TMPDIR, removed when it ends)
 SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
 CPU: dict = {}             # notebook stem → its process's CPU seconds (user + system, its waited-for children included)
 
@@ -35,9 +36,10 @@ def _child_cpu() -> float:
 
 def _start(nb: Path):
     if nb not in _procs:
-        err = tempfile.TemporaryFile()
-        _procs[nb] = (subprocess.Popen([sys.executable, "-c", RUN, str(nb)], stdout=subprocess.DEVNULL, stderr=err),
-                      err, time.perf_counter())
+        err, tmp = tempfile.TemporaryFile(), private_tmp(nb.stem)
+        env = dict(os.environ, TMPDIR=str(tmp))
+        _procs[nb] = (subprocess.Popen([sys.executable, "-c", RUN, str(nb)], stdout=subprocess.DEVNULL, stderr=err,
+                                       env=env), err, time.perf_counter(), tmp)
 
 @atexit.register
 def _stop_prefetched():
@@ -54,10 +56,11 @@ def test_notebook(nb, request):
     order = _selected(request.session)
     i = order.index(nb) if nb in order else 0
     for nxt in [nb, *order[i + 1:i + JOBS]]: _start(nxt)
-    p, err, t0 = _procs.pop(nb)
+    p, err, t0, tmp = _procs.pop(nb)
     c0 = _child_cpu()                    # only this process is reaped in between: the difference is its CPU time
     try: rc = p.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired: p.kill(); p.wait(); rc = f"killed after {TIMEOUT} s"
     SECONDS[nb.stem], CPU[nb.stem] = time.perf_counter() - t0, _child_cpu() - c0
+    shutil.rmtree(tmp, ignore_errors=True)   # what the notebook left in its temporary folder (checkpoints, HF folders)
     err.seek(0); tail = err.read()[-6000:].decode(errors="replace"); err.close()
     assert rc == 0, f"{nb.name} failed ({rc}):\n{tail}"
