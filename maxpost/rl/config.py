@@ -23,7 +23,8 @@ from ..losses import IS_MODES, LossConfig, canonical, resolve_loss_config, LOSS_
 
 # %% auto #0
 __all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'EVAL_SAMPLING', 'RL_ALIASES', 'steps_from_batches', 'eval_sampling',
-           'RLConfig', 'loss_config', 'reward_weights', 'importance_sampling', 'check_processes', 'check_config']
+           'RolloutKeys', 'VLLMKeys', 'RLEvalKeys', 'ToolKeys', 'RLConfig', 'loss_config', 'reward_weights',
+           'importance_sampling', 'check_processes', 'check_config']
 
 # %% ../../nbs/10a_rl_config.ipynb #b228f8d0
 _LOSS_TYPES = get_type_hints(LossConfig, include_extras=True)   # with their constraints (PosFloat, …)
@@ -82,9 +83,62 @@ RL_ALIASES = (   # MaxText's rl.yml spellings (nbs/00_config.ipynb's alias table
     alias("temperature", "decode_sampling_temperature", source="TRL"),
 )
 
+# %% ../../nbs/10a_rl_config.ipynb #c2ad494b
+class RolloutKeys(Config):
+    "The keys of sampling the rollouts: engine, prompts and completions per step, sampling, the engine-vs-trainer correction, rollout mode."
+    rollout_engine: Literal["native", "vllm"] = "native"
+    batch_size: PosInt = 4                  # prompts per RL step
+    num_generations: int = 4                # G, completions per prompt (>= 2)
+    decode_sampling_temperature: NonNegFloat = 1.0    # > 0: at 0 every group would be flat
+    decode_sampling_top_k: NonNegInt = 0    # 0: no limit
+    decode_sampling_nucleus_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    use_engine_logprobs: bool = False       # old log-probs from the sampler (its log q) instead of a training forward pass
+    importance_sampling_mode: Literal[("auto", "off") + IS_MODES] = "auto"   # engine-vs-trainer correction (TRL's vllm_importance_sampling_mode); auto: token_truncate for vllm or bfloat16, off for native float32
+    importance_sampling_cap: Annotated[float, Field(gt=1)] = 3.0   # C > 1: larger weights are truncated to C or masked to 0 (TRL's cap)
+    rollout_mode: Literal["sync", "one_step_off"] = "sync"   # one_step_off: step t+1's rollout is sampled with step t's weights while step t's update runs
+    max_staleness: NonNegInt = 1            # a rollout sampled by weights more than this many updates-steps old is regenerated, never used
+    max_dynamic_sampling_rounds: NonNegInt = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
+    rollout_seed: int = 0
+
+# %% ../../nbs/10a_rl_config.ipynb #35c77c25
+class VLLMKeys(Config):
+    "The vLLM engine's sizes (rollout_engine=vllm), and the stop strings of both engines."
+    hbm_utilization_vllm: Annotated[float, Field(gt=0, le=1)] | None = None   # vLLM's gpu_memory_utilization (on a
+    # CPU: a fraction of RAM); None: vLLM's default
+    max_num_seqs: PosInt = 256              # sequences vLLM decodes together
+    max_num_batched_tokens: PosInt | None = None   # tokens per vLLM engine step; None: max(prompt + completion, 8192)
+    stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
+    # it produces, the string kept (MaxText's include_stop_str_in_output); rollouts and evaluation, both engines
+
+# %% ../../nbs/10a_rl_config.ipynb #2c89da3d
+class RLEvalKeys(Config):
+    "The evaluation before and after training: prompts, samples per prompt, statistic, sampling."
+    eval_before_after: bool = True
+    num_eval_passes: PosInt = 1             # samples per eval prompt (> 1 needs eval_temperature > 0)
+    eval_mode: Literal["pass_at_1", "pass", "maj"] | None = None   # maxpost.evaluate's statistic; None: pass_at_1 for
+    # one greedy sample, else pass
+    eval_temperature: NonNegFloat = 0.0     # 0: greedy
+    eval_top_k: NonNegInt = 0               # 0: no limit
+    eval_top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    num_test_batches: NonNegInt = 0         # > 0: evaluate num_test_batches × eval_batch_size prompts (MaxText's
+    # count; it replaces num_eval_rows)
+    eval_batch_size: NonNegInt = 0          # prompts per eval batch for num_test_batches; 0: batch_size
+
+# %% ../../nbs/10a_rl_config.ipynb #b23fd2ac
+class ToolKeys(Config):
+    "Multi-turn tool use: the built-in tools, your own, and the model turns per episode."
+    tools: str = ""                         # built-in tools, comma-separated (maxpost.tools.BUILTIN_TOOLS: calculator, python)
+    tools_path: str = ""                    # your own tools: 'path/to/module.py:fn1,fn2' (maxpost.tools.load_tools)
+    max_turns: int = 1                      # model turns per episode; > 1 or tools set: multi-turn rollouts
+
+    @property
+    def multi_turn(self) -> bool:
+        "Whether rollouts are multi-turn episodes (maxpost.rl.env): tools set or max_turns > 1."
+        return bool(self.tools.strip() or self.tools_path.strip()) or self.max_turns > 1
+
 # %% ../../nbs/10a_rl_config.ipynb #1ac08846
-class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
-    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.quant, maxpost.datasets), RL's own keys."
+class RLConfig(RolloutKeys, VLLMKeys, RLEvalKeys, ToolKeys, DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, ModelKeys):
+    "Every key of `python -m maxpost.train_rl`: the shared key groups (maxpost.loop, maxpost.lora, maxpost.quant, maxpost.datasets), RL's groups above, and RL's data, loss and reward keys."
     # RL's defaults of shared keys: a small constant learning rate, no warmup or decay (MaxText's rl.yml)
     learning_rate: NonNegFloat = 1e-6
     warmup_steps_fraction: Fraction = 0.0
@@ -104,20 +158,6 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
     num_eval_rows: int = 64                 # <= 0: the whole split
     max_prefill_predict_length: PosInt = 256       # longest prompt in tokens; longer prompts are skipped (counted)
     max_completion_length: PosInt = 256     # completion budget in tokens (the stop token included)
-    # rollout
-    rollout_engine: Literal["native", "vllm"] = "native"
-    batch_size: PosInt = 4                  # prompts per RL step
-    num_generations: int = 4                # G, completions per prompt (>= 2)
-    decode_sampling_temperature: NonNegFloat = 1.0    # > 0: at 0 every group would be flat
-    decode_sampling_top_k: NonNegInt = 0    # 0: no limit
-    decode_sampling_nucleus_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    use_engine_logprobs: bool = False       # old log-probs from the sampler (its log q) instead of a training forward pass
-    importance_sampling_mode: Literal[("auto", "off") + IS_MODES] = "auto"   # engine-vs-trainer correction (TRL's vllm_importance_sampling_mode); auto: token_truncate for vllm or bfloat16, off for native float32
-    importance_sampling_cap: Annotated[float, Field(gt=1)] = 3.0   # C > 1: larger weights are truncated to C or masked to 0 (TRL's cap)
-    rollout_mode: Literal["sync", "one_step_off"] = "sync"   # one_step_off: step t+1's rollout is sampled with step t's weights while step t's update runs
-    max_staleness: NonNegInt = 1            # a rollout sampled by weights more than this many updates-steps old is regenerated, never used
-    max_dynamic_sampling_rounds: NonNegInt = 4        # DAPO dynamic sampling: extra rollout rounds to refill dropped groups
-    rollout_seed: int = 0
     # loss
     loss_algo: LossPreset = "grpo"          # the preset (maxpost.losses.LOSS_PRESETS)
     loss: LossSection = Field(default_factory=LossSection)   # overrides of the preset's values
@@ -132,29 +172,8 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
     reward_functions_path: str = ""         # 'path/to/module.py:fn1,fn2' or 'pkg.mod:fn'
     loss_chunk_size: PosInt = 256           # positions per logits chunk of a full fine-tune's update (LoRA
     # updates and the log-prob passes run in maxpost.head_loss's fixed logit tiles)
-    # evaluation before/after, logging
-    eval_before_after: bool = True
-    num_eval_passes: PosInt = 1             # samples per eval prompt (> 1 needs eval_temperature > 0)
-    eval_mode: Literal["pass_at_1", "pass", "maj"] | None = None   # maxpost.evaluate's statistic; None: pass_at_1 for
-    # one greedy sample, else pass
-    eval_temperature: NonNegFloat = 0.0     # 0: greedy
-    eval_top_k: NonNegInt = 0               # 0: no limit
-    eval_top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    num_test_batches: NonNegInt = 0         # > 0: evaluate num_test_batches × eval_batch_size prompts (MaxText's
-    # count; it replaces num_eval_rows)
-    eval_batch_size: NonNegInt = 0          # prompts per eval batch for num_test_batches; 0: batch_size
-    # vLLM rollout engine (rollout_engine=vllm)
-    hbm_utilization_vllm: Annotated[float, Field(gt=0, le=1)] | None = None   # vLLM's gpu_memory_utilization (on a
-    # CPU: a fraction of RAM); None: vLLM's default
-    max_num_seqs: PosInt = 256              # sequences vLLM decodes together
-    max_num_batched_tokens: PosInt | None = None   # tokens per vLLM engine step; None: max(prompt + completion, 8192)
-    stop_strings: list[Annotated[str, Field(min_length=1)]] | None = None   # a completion ends with the first of these
-    # it produces, the string kept (MaxText's include_stop_str_in_output); rollouts and evaluation, both engines
+    # logging
     log_completions: NonNegInt = 0          # completions written to completions.jsonl per step
-    # multi-turn tool use (maxpost.tools, maxpost.rl.env); at their defaults a rollout is one completion per sample
-    tools: str = ""                         # built-in tools, comma-separated (maxpost.tools.BUILTIN_TOOLS: calculator, python)
-    tools_path: str = ""                    # your own tools: 'path/to/module.py:fn1,fn2' (maxpost.tools.load_tools)
-    max_turns: int = 1                      # model turns per episode; > 1 or tools set: multi-turn rollouts
 
     @field_validator("dataset_type", mode="before")
     @classmethod
@@ -174,11 +193,6 @@ class RLConfig(DataKeys, LoRAKeys, QuantKeys, OptimizerKeys, RunKeys, MeshKeys, 
         "The checks between keys; each error names its key."
         _check_keys(self)
         return self
-
-    @property
-    def multi_turn(self) -> bool:
-        "Whether rollouts are multi-turn episodes (maxpost.rl.env): tools set or max_turns > 1."
-        return bool(self.tools.strip() or self.tools_path.strip()) or self.max_turns > 1
 
     @property
     def num_eval_prompts(self) -> int | None:
