@@ -78,6 +78,13 @@ def run_module(module, *args, timeout=900, check=True, env=None):
         raise AssertionError(f"{module} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
     return r
 
+def pytest_collection_finish(session):
+    "When a selected test reads the full docs site, its build starts now, in the background (test_docs.start_site_build)."
+    if session.config.option.collectonly: return
+    for it in session.items:
+        if "site" in getattr(it, "fixturenames", ()) and it.module.__name__.rpartition(".")[2] == "test_docs":
+            it.module.start_site_build(); break
+
 _ON_TPU: list = []
 
 def tpu_tests_run() -> bool:

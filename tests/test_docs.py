@@ -5,7 +5,7 @@ browser tests skip, except under CI (env CI set), where a missing browser is a f
 tutorial with a plot (the SFT tutorial), an API page, the losses page (math) and a page with a plot are written to `$MAXPOST_ARTIFACTS/docs_screenshots`
 (default `runs/docs_screenshots/`, git-ignored) for a person to look at.
 """
-import functools, http.server, json, os, re, shutil, subprocess, sys, threading
+import atexit, functools, http.server, json, os, re, shutil, subprocess, sys, threading
 from pathlib import Path
 
 import pytest
@@ -33,12 +33,34 @@ def build(out: Path, *args) -> subprocess.CompletedProcess:
                                text=True, timeout=2400, env=dict(os.environ, TMPDIR=str(tmp)))
     finally: shutil.rmtree(tmp, ignore_errors=True)
 
+_SITE: dict = {}   # the full site's background build: Popen, output folder, its TMPDIR, its log
+
+def start_site_build() -> dict:
+    """Start the full site's build (every tutorial executed) in the background, once. conftest calls this when the
+    session's tests are collected, so the build runs beside the tests before this module's: much of their time is one
+    busy thread (XLA compiles, Python), and the build's workers use the other core."""
+    if not _SITE:
+        import tempfile
+        out, tmp, log = private_tmp('site'), private_tmp('build_docs'), tempfile.TemporaryFile()
+        p = subprocess.Popen([sys.executable, str(BUILD), '--out', str(out)], cwd=ROOT, stdout=log,
+                             stderr=subprocess.STDOUT, env=dict(os.environ, TMPDIR=str(tmp)))
+        _SITE.update(p=p, out=out, tmp=tmp, log=log)
+    return _SITE
+
+@atexit.register
+def _stop_site_build():
+    "An interrupted session leaves no build behind."
+    if _SITE and _SITE['p'].poll() is None: _SITE['p'].kill()
+
 @pytest.fixture(scope='module')
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp('site')
-    r = build(out)
-    assert r.returncode == 0, f'build_docs failed:\n{r.stdout}\n{r.stderr}'
-    return out
+def site():
+    b = start_site_build()
+    try: rc = b['p'].wait(timeout=2400)       # the tutorials run in the build
+    except subprocess.TimeoutExpired: b['p'].kill(); b['p'].wait(); rc = 'killed after 2400 s'
+    shutil.rmtree(b['tmp'], ignore_errors=True)   # the tutorials' work folders
+    b['log'].seek(0); log = b['log'].read().decode(errors='replace')
+    assert rc == 0, f'build_docs failed ({rc}):\n{log[-8000:]}'
+    return b['out']
 
 @pytest.fixture(scope='module')
 def chromium():
