@@ -4,7 +4,8 @@ the compiled HLO text, for `benchmarks/hlo_traffic.py OUT.hlo --loop` (the bytes
 
     python benchmarks/sampler_hlo.py PRESET ROWS PROMPT NEW OUT.hlo      # e.g. gemma3-1b 64 128 256 /tmp/g1b.hlo
 
-bfloat16 weights and compute, one sample per prompt (ROWS prompts).
+bfloat16 weights and compute, one sample per prompt (ROWS prompts). `maxpost.aot` sets MAXPOST_TPU_LOWERING=1, so
+the program is the one a TPU runs: the scanned decode (`maxpost.scan_decode`), not the CPU's unrolled one.
 """
 import sys
 import maxpost.aot as aot        # prepares libtpu before jax
