@@ -1,6 +1,6 @@
 """HBM traffic of a compiled XLA program, by kind of op: which non-matmul fusions move the most bytes.
 
-    python benchmarks/hlo_traffic.py PROGRAM.hlo [--top 25] [--bw 819e9]
+    python benchmarks/hlo_traffic.py PROGRAM.hlo [--top 25] [--bw 819e9] [--loop]
 
 PROGRAM.hlo is a compiled module's text (`jax.jit(f).lower(…).compile().as_text()`; for a TPU program compiled
 without a chip, see `maxpost.aot`). Each top-level instruction of the entry computation and of every while-loop body
@@ -8,6 +8,8 @@ without a chip, see `maxpost.aot`). Each top-level instruction of the entry comp
 dynamic-update-slice: twice the slice's inputs; an AllocateBuffer: nothing); a fusion holding a dot or
 convolution counts as a matmul, any other fusion as elementwise. Bytes over the chip's HBM bandwidth (v5e: 819 GB/s)
 give a lower bound on the time of the memory-bound ops: a profile's time for them can be compared with it.
+--loop: count one trip of the entry's largest while loop only (the sampler's decode step, without its prefill). A
+gather is charged its whole operand (an embedding lookup: the whole table), an overcount.
 """
 from __future__ import annotations
 import argparse, collections, re
@@ -86,11 +88,25 @@ def traffic(text: str):
     return rows, detail
 
 
+def loop_only(text: str) -> str:
+    "`text` with the entry's largest while-loop body (by instruction count) as the entry: one trip of that loop."
+    comps, entry = parse(text)
+    bodies = [re.search(r"body=%?([\w.\-]+)", rest).group(1) for _, _, op, _, rest in comps[entry] if op == "while"]
+    body = max(bodies, key=lambda b: len(comps.get(b, [])))
+    out = []
+    for line in text.replace("ENTRY ", "").splitlines():
+        m = HEAD.match(line) if line.rstrip().endswith("{") and " = " not in line.split("{")[0] else None
+        out.append("ENTRY " + line if m and m.group(1) == body else line)
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("hlo"); ap.add_argument("--top", type=int, default=25); ap.add_argument("--bw", type=float, default=819e9)
+    ap.add_argument("--loop", action="store_true", help="one trip of the entry's largest while loop (a decode step)")
     a = ap.parse_args()
-    rows, detail = traffic(open(a.hlo).read())
+    text = open(a.hlo).read()
+    rows, detail = traffic(loop_only(text) if a.loop else text)
     tot = sum(rows.values())
     print(f"{'kind':24s} {'GiB':>8s} {'ms at bw':>9s} share")
     for k, b in rows.most_common():

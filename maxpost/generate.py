@@ -23,12 +23,13 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
 
 from .blocks import rope_cos_sin, softcap
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
-                           positions_from_mask)
+                           positions_from_mask, tpu_lowering)
+from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
 
 # %% auto #0
-__all__ = ['DECODE_BLOCK', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length', 'bucket_batch',
-           'decode_weights', 'decode_blocks', 'rope_tables', 'cached_attention', 'decode_step', 'trace_count',
-           'NativeEngine', 'benchmark']
+__all__ = ['DECODE_BLOCK', 'DECODE_PROGRAMS', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length',
+           'bucket_batch', 'decode_weights', 'decode_blocks', 'rope_tables', 'cached_attention', 'decode_step',
+           'use_scan', 'trace_count', 'NativeEngine', 'benchmark']
 
 # %% ../nbs/06_generate.ipynb #aff475ad
 def truncate_logits(x, top_k, top_p):
@@ -205,6 +206,20 @@ def decode_step(model: Decoder, w: list[dict], prefix, cache, seg, step, tok, po
         x, (keys[l], values[l]) = decoder_layer(cfg, p, x, *cs[sl], attend)
     return model.final(x[:, 0]), (tuple(keys), tuple(values))
 
+# %% ../nbs/06_generate.ipynb #5c9a0e01
+DECODE_PROGRAMS = ("auto", "scan", "unrolled")
+
+def use_scan(decode: str = "auto", arrays=None) -> bool:
+    """Does the engine run the scanned decode (`maxpost.scan_decode`) rather than the unrolled `decode_step`?
+    decode: 'scan' or 'unrolled' force one; 'auto' scans where `arrays` (the engine's weights; without them, this
+    process's default backend) live on an accelerator, or where a program is lowered for a TPU (`tpu_lowering`)."""
+    if decode not in DECODE_PROGRAMS:
+        raise ValueError(f"decode={decode!r}: the native engine's decode is one of {', '.join(DECODE_PROGRAMS)}")
+    if decode != "auto": return decode == "scan"
+    if tpu_lowering(): return True
+    platforms = {d.platform for x in jax.tree.leaves(arrays) if hasattr(x, "devices") for d in x.devices()}
+    return bool(platforms - {"cpu"}) if platforms else jax.default_backend() != "cpu"
+
 # %% ../nbs/06_generate.ipynb #122c2c2e
 _TRACE_COUNT = [0]   # how many times the generation program was traced (a compile per new shape)
 
@@ -213,12 +228,13 @@ def trace_count() -> int:
     return _TRACE_COUNT[0]
 
 # %% ../nbs/06_generate.ipynb #62053ba6
-@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs"))
+@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
-                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool):
+                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan: bool | None = None):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
-    unused). Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
+    unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`).
+    Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
@@ -228,13 +244,18 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     positions = positions_from_mask((segment_ids > 0).astype(jnp.int32))           # [U, T]
     hidden, pre = model(tokens, positions, segment_ids, init_cache(cfg, U, T, model.dtype), return_hidden=True)
     logits = jnp.repeat(model.logits(hidden[:, -1]), R, axis=0)                   # [B, V] float32
-    pk, pv = pre["k"].transpose(0, 1, 3, 4, 2), pre["v"].transpose(0, 1, 3, 2, 4)  # [L, U, K, hd, T], [L, U, K, T, hd]
-    prefix = (tuple(pk), tuple(pv))
-    K, hd = cfg.num_kv_heads, cfg.head_dim
-    cache = (tuple(tuple(jnp.zeros((B, K, hd, n), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)),
-             tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
+    if scan is None: scan = use_scan("auto")
+    if scan:                                                                       # `maxpost.scan_decode`
+        prefix, cache = scan_caches(cfg, pre, B, N, model.dtype)
+    else:
+        pk, pv = pre["k"].transpose(0, 1, 3, 4, 2), pre["v"].transpose(0, 1, 3, 2, 4)  # [L, U, K, hd, T], [L, U, K, T, hd]
+        prefix = (tuple(pk), tuple(pv))
+        K, hd = cfg.num_kv_heads, cfg.head_dim
+        cache = (tuple(tuple(jnp.zeros((B, K, hd, n), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)),
+                 tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
-    w = decode_weights(model)
+    w = scan_decode_weights(model) if scan else decode_weights(model)
+    step_fn = partial(scan_decode_step, blocks=decode_blocks(N)) if scan else decode_step
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
@@ -250,7 +271,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     def cond(c): return (c["step"] < max_tokens) & ~jnp.all(c["done"])
 
     def body(c):
-        h, cache = decode_step(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
+        h, cache = step_fn(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
         tok, lp, lq = pick(model.logits(h), c["step"])
         live = ~c["done"]
         put = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None].astype(buf.dtype), (0, c["step"]))
@@ -274,8 +295,10 @@ def _to_state_leaves(params) -> dict:
 class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,
-                 max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False):
-        self.cfg, self.tokenizer = model.cfg, tokenizer
+                 max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False,
+                 decode: str = "auto"):
+        use_scan(decode)                                # a bad value fails here, before any compute
+        self.cfg, self.tokenizer, self.decode = model.cfg, tokenizer, decode   # decode: `use_scan`
         self.graphdef, state = nnx.split(model)
         flat, self._treedef = jax.tree_util.tree_flatten_with_path(state)
         self._names = [str(getattr(path[0], "key", path[0])) for path, _ in flat]   # param name of each leaf
@@ -360,7 +383,7 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
     outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                            np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                            np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
-                           with_sampling_logprobs=bool(sp.sampling_logprobs))
+                           with_sampling_logprobs=bool(sp.sampling_logprobs), scan=use_scan(self.decode, self._state))
     out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
     res, texts_in = {}, []
     for b, p, s in rows:
