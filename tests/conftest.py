@@ -78,6 +78,18 @@ def run_module(module, *args, timeout=900, check=True, env=None):
         raise AssertionError(f"{module} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
     return r
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "call": item._maxpost_passed = outcome.get_result().passed
+
+@pytest.fixture(autouse=True)
+def _drop_passed_tmp_path(request):
+    "A passed test's `tmp_path` is removed when it ends (a CLI test's run folders reach 1 GB); a failed one's stays."
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None and getattr(request.node, "_maxpost_passed", False): shutil.rmtree(tmp, ignore_errors=True)
+
 def pytest_collection_finish(session):
     "When a selected test reads the full docs site, its build starts now, in the background (test_docs.start_site_build)."
     if session.config.option.collectonly: return
