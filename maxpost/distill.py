@@ -182,7 +182,8 @@ class DistillTrainer(Trainer):
         if kind != "data":                               # the student's current weights, or the teacher's once
             w = self.merged_params(state) if kind == "student" else None if "teacher" in self.resampler.engines else \
                 {k: process_allgather(v) for k, v in self.teacher.items()}
-            batch, got = self.resampler(batch, kind, sample_seed(self.cfg, step), w)
+            batch, got = self.resampler(batch, kind, sample_seed(self.cfg, step), w, self.local_rows(global_batch or
+                                                                                            len(batch["inputs"])))
             extra.update(got)
             if kind == "student": prog = self._step_student
         state, m = prog(state, self.frozen, self.teacher, self.put_batch(batch, global_batch))

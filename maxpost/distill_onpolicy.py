@@ -15,6 +15,7 @@ from pydantic import Field
 
 from .config import Config, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from .data import SFTExample, collate, pack_first_fit
+from .distributed import gather_json
 
 # %% auto #0
 __all__ = ['gkd_beta', 'OnPolicyKeys', 'batch_kind', 'sample_seed', 'batch_prompts', 'sampled_batch', 'stop_ids', 'Resampler']
@@ -106,18 +107,35 @@ class Resampler:
                                             max_prefill=self.T, stop_token_ids=self.stop)
         return self.engines[who]
 
-    def __call__(self, batch: dict, who: str, seed: int, weights: dict | None = None) -> tuple[dict, dict]:
-        "(the batch with `who`'s completions, {sampled_prompts, dropped_prompts, sampled_tokens}); `weights`: sync first."
+    def __call__(self, batch: dict, who: str, seed: int, weights: dict | None = None, rows=None) -> tuple[dict, dict]:
+        """(the batch with `who`'s completions, {sampled_prompts, dropped_prompts, sampled_tokens}); `weights`: sync
+        first. `rows`: with several processes, the global row of each of this process's rows: the prompts of every
+        process are numbered in global row order, each process samples its own (each prompt's number keys its random
+        stream), and every process packs all completions into the global batch and keeps its rows: the batch and the
+        counts are those of one process's run."""
         from maxpost.engine import SamplingParams
         from maxpost.generate import bucket_batch
         c, B = self.cfg, len(batch["inputs"])
+        per_row = [batch_prompts({k: v[r:r + 1] for k, v in batch.items()}) for r in range(B)]
+        if rows is None: prompts, mine = [p for ps in per_row for p in ps], None
+        else:                                            # every process's rows and prompts, in global row order
+            share = sorted((r, ps) for got in gather_json([[int(r) for r in rows], per_row]) for r, ps in zip(*got))
+            prompts, at = [p for _, ps in share for p in ps], np.cumsum([0] + [len(ps) for _, ps in share]).tolist()
+            start = {r: at[i] for i, (r, _) in enumerate(share)}
+            mine = [start[int(r)] + j for r, ps in zip(rows, per_row) for j in range(len(ps))]
+        ids = list(range(len(prompts))) if mine is None else mine
         eng = self.engine(who, bucket_batch(B))
         if weights is not None: eng.sync_weights(weights)
-        prompts = batch_prompts(batch)
         sp = SamplingParams(temperature=c.decode_sampling_temperature, top_k=c.decode_sampling_top_k,
                             top_p=c.decode_sampling_nucleus_p, max_tokens=c.max_completion_length, seed=seed)
-        pad = -len(prompts) % eng.max_batch              # whole calls: one compiled shape whatever the prompt count
-        res = eng.generate(prompts + [prompts[0]] * pad, sp)[:len(prompts)]
-        new, kept = sampled_batch(prompts, [r.token_ids for r in res], self.T, B)
-        return new, {"sampled_prompts": float(kept), "dropped_prompts": float(len(prompts) - kept),
-                     "sampled_tokens": float(new["loss_mask"].sum())}
+        pad = -len(ids) % eng.max_batch                  # whole calls: one compiled shape whatever the prompt count
+        res = eng.generate([prompts[i] for i in ids] + [prompts[0]] * pad, sp,
+                           stream_ids=ids + [len(prompts) + i for i in range(pad)])[:len(ids)]
+        done = {i: list(r.token_ids) for i, r in zip(ids, res)}
+        if mine is not None: done = {int(i): t for got in gather_json({str(i): t for i, t in done.items()})
+                                     for i, t in got.items()}
+        new, kept = sampled_batch(prompts, [done[i] for i in range(len(prompts))], self.T,
+                                  B if rows is None else len(share))      # the global batch's rows
+        counts = {"sampled_prompts": float(kept), "dropped_prompts": float(len(prompts) - kept),
+                  "sampled_tokens": float(new["loss_mask"].sum())}      # the global batch's
+        return (new if rows is None else {k: v[np.asarray(rows, int)] for k, v in new.items()}), counts

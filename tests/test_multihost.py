@@ -117,6 +117,33 @@ def test_dpo_two_processes_like_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
         ["checkpoints", "config.yml", "metrics.jsonl", "model", "tensorboard"]
 
+DISTILL_ARGS = ["model_name=tiny-gemma3", "enable_tqdm=false", "steps=4", "checkpoint_period=0", "eval_interval=4",
+                "save_model=true", "async_checkpointing=false", "initialization_timeout=120", "use_lora=true",
+                "lora_rank=4", "teacher_model_name=tiny-llama", "lmbda=0.5", "max_new_tokens=4",
+                "per_device_batch_size=1"]
+
+def test_on_policy_distill_two_processes_like_one(tmp_path):
+    """On-policy distillation (TRL's `lmbda=0.5`: rollout_seed 0 makes step 3 the student's samples), LoRA student, random
+    tiny-llama teacher: 2 processes × 2 devices log the losses and sampled-batch counts of 1 process × 4 devices and end
+    with the same weights. Each process samples its own prompts, numbered in global row order (each number keys the
+    prompt's random stream), and every process packs all the completions into the global batch: before that, each
+    process sampled its prompts as if they were the first and packed only its own, and the student's step differed."""
+    distill = lambda *a: [sys.executable, "-m", "maxpost.train_distill", *DISTILL_ARGS, f"base_output_directory={tmp_path}", *a]
+    one, two = run_together((distill("run_name=one"), _env(tmp_path, 4)),
+                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
+                              "--", *distill("run_name=two")], _env(tmp_path)))
+    _check(one); _check(two)
+    one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert [m["on_policy"] for m in one_m] == [m["on_policy"] for m in two_m] == [0, 0, 1, 0], one_m
+    for a, b in zip(one_m, two_m):
+        for k in ("sampled_prompts", "dropped_prompts", "sampled_tokens", "loss_tokens"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])
+        for k in ("loss", "soft_loss", "hard_loss", "grad_norm"):
+            assert abs(a[k] - b[k]) <= 1e-5 * max(abs(a[k]), 1e-3), (a["step"], k, a[k], b[k])
+    assert one_m[2]["sampled_prompts"] > 0 and one_m[2]["sampled_tokens"] > 0   # the student's step sampled something
+    _assert_same_training(_params(tmp_path / "one"), _params(tmp_path / "two"))
+    assert two.stdout.count('{"run_dir"') == 2, two.stdout[-3000:]        # each process printed its summary
+
 def test_sigkill_one_process_then_resume(runs):
     """SIGKILL process 1 after the checkpoint of step 2: the launcher stops process 0 and fails; the same launch
     resumes both processes from the last checkpoint and the 8 losses equal the uninterrupted 2-process run's."""
