@@ -32,6 +32,15 @@ def _check(r):
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
 
+def _one_and_two(module: str, args, tmp: Path, one_devices: int = 4, per_process: int = 2):
+    """`python -m module args` as run `one` (1 process × `one_devices`) and run `two` (2 processes × `per_process`),
+    side by side (`run_together`); both checked."""
+    cmd = lambda *a: [sys.executable, "-m", module, *args, *a]
+    one, two = run_together((cmd("run_name=one"), _env(tmp, one_devices)),
+                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2",
+                              f"--devices_per_process={per_process}", "--", *cmd("run_name=two")], _env(tmp)))
+    return _check(one), _check(two)
+
 def _params(run_dir) -> dict:
     from maxpost.checkpoint import load_params
     return load_params(Path(run_dir) / "model" / "params")
@@ -95,11 +104,7 @@ def test_dpo_two_processes_like_one(tmp_path):
     iterates over the same global batches, each device takes its rows) log the losses, gradient norms, reward metrics and
     held-out accuracy of 1 process × 4 devices within float tolerance, end with the same weights, and only process 0
     wrote the run's files."""
-    dpo = lambda *a: [sys.executable, "-m", "maxpost.train_dpo", *DPO_ARGS, f"base_output_directory={tmp_path}", *a]
-    one, two = run_together((dpo("run_name=one"), _env(tmp_path, 4)),
-                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
-                              "--", *dpo("run_name=two")], _env(tmp_path)))
-    _check(one); _check(two)
+    one, two = _one_and_two("maxpost.train_dpo", [*DPO_ARGS, f"base_output_directory={tmp_path}"], tmp_path)
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["step"] for m in two_m] == list(range(1, DPO_STEPS + 1))
     for a, b in zip(one_m, two_m):
@@ -128,11 +133,7 @@ def test_on_policy_distill_two_processes_like_one(tmp_path):
     with the same weights. Each process samples its own prompts, numbered in global row order (each number keys the
     prompt's random stream), and every process packs all the completions into the global batch: before that, each
     process sampled its prompts as if they were the first and packed only its own, and the student's step differed."""
-    distill = lambda *a: [sys.executable, "-m", "maxpost.train_distill", *DISTILL_ARGS, f"base_output_directory={tmp_path}", *a]
-    one, two = run_together((distill("run_name=one"), _env(tmp_path, 4)),
-                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2", "--devices_per_process=2",
-                              "--", *distill("run_name=two")], _env(tmp_path)))
-    _check(one); _check(two)
+    one, two = _one_and_two("maxpost.train_distill", [*DISTILL_ARGS, f"base_output_directory={tmp_path}"], tmp_path)
     one_m, two_m = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["on_policy"] for m in one_m] == [m["on_policy"] for m in two_m] == [0, 0, 1, 0], one_m
     for a, b in zip(one_m, two_m):
@@ -246,10 +247,7 @@ def _rl_one_and_two(args, tmp, one_devices: int, per_process: int, what: str):
     """`train_rl args` as run `one` (1 process × `one_devices`) and run `two` (2 processes × `per_process`), side by
     side (`run_together`), both checked; run two's result."""
     t0 = time.time()
-    one, two = run_together((_rl(*args, "run_name=one"), _env(tmp, one_devices)),
-                            ([sys.executable, "-m", "maxpost.launch", "--num_processes=2",
-                              f"--devices_per_process={per_process}", "--", *_rl(*args, "run_name=two")], _env(tmp)))
-    _check(one); _check(two)
+    _, two = _one_and_two("maxpost.train_rl", args, tmp, one_devices, per_process)
     print(f"{what}, 1 process and 2 processes, side by side: {time.time() - t0:.0f} s")
     return two
 
