@@ -90,11 +90,15 @@ def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_ta
         for _ in range(steps): st, m = comp(st, tr.frozen, db)
         float(m["loss"])
     wall = (time.perf_counter() - t0) / steps
-    by, n_ops, spans = collections.Counter(), 0, []
+    by, n_ops, spans, per_op = collections.Counter(), 0, [], collections.Counter()
     container = re.compile(r"\b(while|conditional|call|async-start|async-done)\(")
     for name, ts, us in trace_ops(d):
         if name not in idx or container.search(idx[name][1]): continue     # a loop's event spans its body's ops
         by[op_class(name, *idx[name])] += us / 1e6 / steps; n_ops += 1; spans.append((ts, ts + us))
+        per_op[name] += us / 1e3 / steps
+    shape = lambda body: (re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+ = ([^ ]+)", body) or [None, ""])[1][:60]
+    top = [{"op": k, "class": op_class(k, *idx[k]), "ms_per_step": round(v, 4), "shape": shape(idx[k][1]),
+            "op_name": idx[k][0][-120:]} for k, v in per_op.most_common(30)]
     busy, end = 0.0, -1.0                                                  # the union of the ops' intervals
     for a, b in sorted(spans):
         if b > end: busy += b - max(a, end); end = b
@@ -102,7 +106,7 @@ def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_ta
     rec = {"tag": tag, "attention": os.environ.get("MAXPOST_ATTENTION", "xla"), "profile_wall_step_s": round(wall, 4),
            "device_busy_s": round(busy, 4), "host_or_idle_share": round(1 - busy / wall, 3) if wall else None,
            "ops_traced": n_ops, "by_class_s": {k: round(v, 4) for k, v in by.most_common()},
-           "by_class_share": {k: round(v / busy, 3) for k, v in by.most_common()} if busy else {}}
+           "by_class_share": {k: round(v / busy, 3) for k, v in by.most_common()} if busy else {}, "top_ops": top}
     del st, m, db, comp, tr
     return rec
 
