@@ -24,6 +24,7 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
 from .blocks import rope_cos_sin, softcap
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
                            positions_from_mask, tpu_lowering)
+from .lean_sample import lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
 
 # %% auto #0
@@ -72,12 +73,15 @@ def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
     return (tok, zmax[:, 0] + jnp.log(cb[:, -1])) if with_lse else tok
 
 # %% ../nbs/06_generate.ipynb #3aecef73
-def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False):
+def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False,
+                  lean: bool = False):
     """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
-    logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key)."""
+    logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key).
+    lean: untruncated sampling draws with `maxpost.lean_sample.lean_draw` (no [B, V] temporaries; accelerators)."""
     B = logits.shape[0]
     at = lambda x, tok: jnp.take_along_axis(x, tok[:, None], axis=-1)[:, 0]
     lse = lambda x: jax.nn.logsumexp(x, axis=-1)
+    uniforms = lambda: jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys)   # [B]
     def greedy(_):
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return tok, at(logits, tok) - lse(logits), jnp.zeros((B,), jnp.float32)
@@ -85,14 +89,20 @@ def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_l
         truncated = (top_k > 0) | (top_p < 1.0)
         z = logits / temperature
         z = jax.lax.cond(truncated, lambda z: truncate_logits(z, top_k, top_p), lambda z: z, z)
-        u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys)   # [B]
-        tok, lse_z = inverse_cdf_sample(z, u, with_lse=True)
+        tok, lse_z = inverse_cdf_sample(z, uniforms(), with_lse=True)
         lq = (at(z, tok) - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
         # log π needs logsumexp of the raw logits: when z is the raw logits (temperature 1, nothing truncated), the
         # sampler's exponentials already gave it; otherwise it is one more pass over V
         lse_pi = jax.lax.cond(truncated | (temperature != 1.0), lambda _: lse(logits), lambda _: lse_z, None)
         return tok, at(logits, tok) - lse_pi, lq.astype(jnp.float32)
-    tok, lp, lq = jax.lax.cond(temperature > 0, sample, greedy, None)
+    def sample_lean(_):
+        tok, lse_z = lean_draw(logits, uniforms(), temperature)
+        lt = at(logits, tok)
+        lq = (lt / temperature - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
+        lse_pi = jax.lax.cond(temperature != 1.0, lambda _: lse(logits), lambda _: lse_z, None)
+        return tok, lt - lse_pi, lq.astype(jnp.float32)
+    draw = (lambda _: jax.lax.cond((top_k > 0) | (top_p < 1.0), sample, sample_lean, None)) if lean else sample
+    tok, lp, lq = jax.lax.cond(temperature > 0, draw, greedy, None)
     return tok, lp.astype(jnp.float32), lq
 
 # %% ../nbs/06_generate.ipynb #13c9bdef
@@ -259,7 +269,8 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
-    pick = lambda lg, step: sample_tokens(lg, keys, step, temperature, top_k, top_p, with_sampling_logprobs)
+    pick = lambda lg, step: sample_tokens(lg, keys, step, temperature, top_k, top_p, with_sampling_logprobs,
+                                         lean=scan)                        # `maxpost.lean_sample` with the scan
 
     tok, lp, lq = pick(logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
