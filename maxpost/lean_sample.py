@@ -33,21 +33,22 @@ def lean_draw(logits, u, temperature, most: int = 256):
         logits = jnp.pad(logits, ((0, 0), (0, -(-V // W) * W - V)), constant_values=-jnp.inf)
     nb = logits.shape[1] // W
     inv = 1.0 / temperature
-    m = jnp.max(logits, axis=-1)                                             # [B]  first read
-    # block masses [B, nb], the second read: summed over a [nb, W, B] view of the transposed logits, which splits the
-    # major axis only, so that on a TPU (tiles over the two minor axes) it needs no relayout of the logits
-    bs = jnp.exp((logits.T.reshape(nb, W, B) - m[None, None, :]) * inv).sum(1).T
-    cb = jnp.cumsum(bs, axis=-1)
-    t = u * cb[:, -1]                                                        # [B] target mass
-    b = jnp.minimum(jnp.sum(cb <= t[:, None], axis=-1), nb - 1)              # first block whose running sum exceeds t
-    take = lambda a, i: jnp.take_along_axis(a, i[:, None], axis=-1)[:, 0]
+    # every pass over V runs on the transposed view [V, B]: its [nb, W, B] blocks split the major axis only, so on a
+    # TPU (tiles over the two minor axes) the block sums read the head's output where it lies, with no relayout
+    lt = logits.T
+    m = jnp.max(lt, axis=0)                                                  # [B]  first read
+    bs = jnp.exp((lt.reshape(nb, W, B) - m) * inv).sum(1)                    # [nb, B] block masses: second read
+    cb = jnp.cumsum(bs, axis=0)
+    t = u * cb[-1]                                                           # [B] target mass
+    b = jnp.minimum(jnp.sum(cb <= t, axis=0), nb - 1)                        # first block whose running sum exceeds t
+    take = lambda a, i: jnp.take_along_axis(a, i[None, :], axis=0)[0]
     rem = t - (take(cb, b) - take(bs, b))                                    # target within the block
-    idx = b[:, None] * W + jnp.arange(W)[None, :]                            # [B, W] the block's token ids
-    pb = jnp.exp((jnp.take_along_axis(logits, idx, axis=-1) - m[:, None]) * inv)
-    j = jnp.minimum(jnp.sum(jnp.cumsum(pb, axis=-1) <= rem[:, None], axis=-1), W - 1)
-    j = jnp.minimum(j, W - 1 - jnp.argmax(pb[:, ::-1] > 0, axis=-1))         # rounding past the block's last token
+    idx = b[None, :] * W + jnp.arange(W)[:, None]                            # [W, B] the block's token ids
+    pb = jnp.exp((jnp.take_along_axis(lt, idx, axis=0) - m) * inv)           # [W, B]
+    j = jnp.minimum(jnp.sum(jnp.cumsum(pb, axis=0) <= rem, axis=0), W - 1)
+    j = jnp.minimum(j, W - 1 - jnp.argmax(pb[::-1] > 0, axis=0))             # rounding past the block's last token
     ok = take(pb, j) > 0                                                     # false only for a block without mass
     tok = (b * W + j).astype(jnp.int32)
-    fix = lambda tok: jnp.where(ok, tok, jnp.argmax(logits, axis=-1).astype(jnp.int32))
+    fix = lambda tok: jnp.where(ok, tok, jnp.argmax(lt, axis=0).astype(jnp.int32))
     tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
-    return tok, m * inv + jnp.log(cb[:, -1])
+    return tok, m * inv + jnp.log(cb[-1])
