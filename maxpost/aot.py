@@ -253,6 +253,7 @@ def rl_programs(cfg, mesh) -> list:
     smp["resident_gib"] = held / GIB                # the trainer's state stays while the sampler runs
     return [upd, smp]
 
+# %% ../nbs/11a_aot.ipynb #5fe7eaa6
 def sampler_program(mcfg, dtype, wdtype, prompts: int, n: int, prefill: int, new: int, mesh, name="sampler") -> tuple:
     """(record, weight bytes per chip) of the native engine's prefill + decode program (`maxpost.generate`) for `prompts`
     × `n` rows on `mesh`, laid out as `NativeEngine(mesh=mesh)` lays it out (`maxpost.sampler_mesh`)."""

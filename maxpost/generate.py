@@ -232,8 +232,7 @@ def trace_count() -> int:
 # %% ../nbs/06_generate.ipynb #62053ba6
 @partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
-                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan: bool | None = None, layout=None,
-                    return_cache: bool = False):
+                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
     unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
@@ -243,8 +242,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
     U, T = tokens.shape
-    B, N = real.shape[0], max_new
-    R = B // U
+    B, N, R = real.shape[0], max_new, real.shape[0] // U
     con = layout.constrain if layout is not None else (lambda x, axes: x)
     tokens, segment_ids = con(tokens, "UT"), con(segment_ids, "UT")
     positions = positions_from_mask((segment_ids > 0).astype(jnp.int32))           # [U, T]
@@ -290,8 +288,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
                     out_lq=put(c["out_lq"], jnp.where(live, lq, 0.0))), scan)
 
     c = jax.lax.while_loop(cond, body, c)
-    out = c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]
-    return out + (c["cache"],) if return_cache else out
+    return (c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]) + ((c["cache"],) if return_cache else ())
 
 # %% ../nbs/06_generate.ipynb #6718d57d
 def _to_state_leaves(params) -> dict:
