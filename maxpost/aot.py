@@ -247,31 +247,37 @@ def rl_programs(cfg, mesh) -> list:
     mb = rows((R, T), tr.rows_sh, keys) | {"advantages": SDS((R,), jnp.float32, sharding=tr.rows_sh)}
     upd = compile_program("update", tr._update, st, tr.frozen, mb, state=st)
     smp, engine_bytes = sampler_program(mcfg, tr.dtype, tr.wdtype, cfg.batch_size, cfg.num_generations,
-                                        cfg.max_prefill_predict_length, cfg.max_completion_length, mesh.devices.flat[0])
+                                        cfg.max_prefill_predict_length, cfg.max_completion_length, mesh)
     held = per_chip_bytes(st) + per_chip_bytes(tr.frozen) + (per_chip_bytes(tr.ref) if tr.ref is not None and not cfg.use_lora else 0)
     upd["resident_gib"] = engine_bytes / GIB        # the engine's copy of the weights stays while the update runs
     smp["resident_gib"] = held / GIB                # the trainer's state stays while the sampler runs
     return [upd, smp]
 
-def sampler_program(mcfg, dtype, wdtype, prompts: int, n: int, prefill: int, new: int, device, name="sampler") -> tuple:
-    "(record, weight bytes) of the native engine's prefill + decode program (`maxpost.generate`) for `prompts` × `n` rows."
+# %% ../nbs/11a_aot.ipynb #5fe7eaa6
+def sampler_program(mcfg, dtype, wdtype, prompts: int, n: int, prefill: int, new: int, mesh, name="sampler") -> tuple:
+    """(record, weight bytes per chip) of the native engine's prefill + decode program (`maxpost.generate`) for `prompts`
+    × `n` rows on `mesh`, laid out as `NativeEngine(mesh=mesh)` lays it out (`maxpost.sampler_mesh`)."""
     from flax import nnx
     from maxpost.generate import _generate_batch, bucket_batch
     from maxpost.model import Decoder
+    from maxpost.sampler_mesh import data_size, decode_layout, decode_param_shardings, padded_prompts
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(mcfg, dtype=dtype, param_dtype=wdtype)))
-    s = jax.sharding.SingleDeviceSharding(device)          # the native engine holds its weights on one chip
-    st = jax.tree.map(lambda x: SDS(x.shape, x.dtype, sharding=s), state)
-    R = n; U = bucket_batch(prompts, prompts); B = U * R
-    a = lambda shape, dt: SDS(shape, dt, sharding=s)
-    rec = compile_program(name, _generate_batch, st, a((U, prefill), jnp.int32), a((U, prefill), jnp.int32),
-                          a((B,), jnp.bool_), a((B, 2), jnp.int32), a((), jnp.uint32), a((8,), jnp.int32),
+    flat, treedef = jax.tree_util.tree_flatten_with_path(state)
+    names = [str(getattr(path[0], "key", path[0])) for path, _ in flat]
+    sh = decode_param_shardings(mesh, {k: x.shape for k, (_, x) in zip(names, flat)})
+    st = jax.tree.unflatten(treedef, [SDS(x.shape, x.dtype, sharding=sh[k]) for k, (_, x) in zip(names, flat)])
+    R = n; U = padded_prompts(bucket_batch(prompts, prompts), R, data_size(mesh)); B = U * R   # as the engine pads
+    lay = decode_layout(mesh, mcfg, U, B)
+    a = lambda shape, dt, axes="": SDS(shape, dt, sharding=lay.sharding(axes))
+    rec = compile_program(name, _generate_batch, st, a((U, prefill), jnp.int32, "UT"), a((U, prefill), jnp.int32, "UT"),
+                          a((B,), jnp.bool_, "B"), a((B, 2), jnp.int32, "BN"), a((), jnp.uint32), a((8,), jnp.int32),
                           a((), jnp.int32), a((), jnp.float32), a((), jnp.int32), a((), jnp.float32),
-                          graphdef=graphdef, max_new=new, with_sampling_logprobs=False)
+                          graphdef=graphdef, max_new=new, with_sampling_logprobs=False, layout=lay)
     return rec, per_chip_bytes(st)
 
 class SampleConfig(ModelKeys, MeshKeys):
     "`python -m maxpost.aot sample`: the native sampler's program for one batch of prompts."
-    per_device_batch_size: PosFloat = 64.0     # prompts per compiled call (the native engine runs on one chip)
+    per_device_batch_size: PosFloat = 64.0     # prompts per compiled call, their rows split over the mesh's data × fsdp
     num_generations: int = Field(1, ge=1)      # samples per prompt, sharing its prefill
     max_prefill_predict_length: int = Field(128, ge=1)   # prompt tokens
     max_target_length: int = Field(384, ge=2)  # prompt + completion tokens
@@ -285,7 +291,7 @@ def sample_programs(cfg, mesh) -> list:
     P = int(cfg.per_device_batch_size)
     if P < 1: raise ConfigError(f"per_device_batch_size={cfg.per_device_batch_size} gives no prompt", key="per_device_batch_size")
     rec, _ = sampler_program(shape_config(cfg), DTYPES[cfg.dtype], DTYPES[cfg.weight_dtype], P, cfg.num_generations,
-                             cfg.max_prefill_predict_length, new, mesh.devices.flat[0])
+                             cfg.max_prefill_predict_length, new, mesh)
     return [rec]
 
 # %% ../nbs/11a_aot.ipynb #9f291d2a

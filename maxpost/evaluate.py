@@ -140,13 +140,14 @@ def headline(summary: dict) -> str:
 
 # %% ../nbs/08b_evaluate.ipynb #bf4b9e9b
 def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: EvalConfig | dict | None = None,
-             out_dir=None, progress: bool = True) -> tuple[dict, list[dict]]:
-    "Generate, check and summarize `dataset_rows` under `cfg`; returns (summary, per-problem records)."
+             out_dir=None, progress: bool = True, mesh=None) -> tuple[dict, list[dict]]:
+    """Generate, check and summarize `dataset_rows` under `cfg`; returns (summary, per-problem records).
+    mesh: where a native engine built here from a Decoder runs (`maxpost.sampler_mesh`; None: the weights' device)."""
     cfg = _as_config(cfg)
     K = cfg.num_eval_passes
     if isinstance(model_or_engine, Decoder):
         engine = make_engine("native", model_or_engine, tokenizer, max_batch=max(cfg.batch_size, K),
-                             max_prefill=cfg.max_prefill_length)
+                             max_prefill=cfg.max_prefill_length, mesh=mesh)
     elif hasattr(model_or_engine, "generate"): engine = model_or_engine
     else: raise TypeError(f"evaluate needs a Decoder or an engine, not {type(model_or_engine).__name__}")
     tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
@@ -248,8 +249,10 @@ def main(argv=None):
         from maxpost.loop import backend_defaults
         name = backend_defaults()["dtype"] if cfg.dtype == "auto" else cfg.dtype
         dtype = jnp.float32 if name == "float32" else jnp.bfloat16
-        extra = dict(max_batch=max(cfg.batch_size, cfg.num_eval_passes), max_prefill=cfg.max_prefill_length) \
-            if cfg.rollout_engine == "native" else {}
+        import jax
+        from maxpost.sharding import make_mesh      # native: rows over all of this process's chips (maxpost.sampler_mesh)
+        extra = dict(max_batch=max(cfg.batch_size, cfg.num_eval_passes), max_prefill=cfg.max_prefill_length,
+                     mesh=make_mesh(-1, 1, jax.local_devices())) if cfg.rollout_engine == "native" else {}
         engine = make_engine(cfg.rollout_engine, cfg.load_parameters_path, tokenizer, dtype=dtype,
                              model_name=cfg.model_name or None, **extra)
         if is_main_process(): out.mkdir(parents=True, exist_ok=True); dump_config(cfg, out / "config.yml")

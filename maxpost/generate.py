@@ -26,6 +26,7 @@ from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache
                            positions_from_mask, tpu_lowering)
 from .lean_sample import lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
+from .sampler_mesh import check_mesh, constrain_state, data_size, decode_layout, decode_param_shardings, padded_prompts
 
 # %% auto #0
 __all__ = ['DECODE_BLOCK', 'DECODE_PROGRAMS', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length',
@@ -118,11 +119,12 @@ def bucket_batch(n: int, maximum: int | None = None) -> int:
     return min(b, maximum) if maximum else b
 
 # %% ../nbs/06_generate.ipynb #cba5e693
-def decode_weights(model: Decoder) -> list[dict]:
+def decode_weights(model: Decoder, fuse: bool = True) -> list[dict]:
     """The layer weights as the decode step uses them, one dict per layer, in the compute dtype and `fuse_weights`'d:
     q/k/v fused into `wqkv` [d, (H + 2K)·hd], `wo` [H·hd, d], gate/up fused into `wgu` [d, 2F], `w_down` [F, d], and the
-    norms. Built once per generate call."""
-    fused = fuse_weights({k: getattr(model, k)[...].astype(model.dtype) for k in LAYER_KEYS if hasattr(model, k)})
+    norms. Built once per generate call. fuse=False: the separate weights (heads split over a mesh's tensor axis)."""
+    w = {k: getattr(model, k)[...].astype(model.dtype) for k in LAYER_KEYS if hasattr(model, k)}
+    fused = fuse_weights(w) if fuse else w
     return [{k: v[l] for k, v in fused.items()} for l in range(model.cfg.num_layers)]
 
 # %% ../nbs/06_generate.ipynb #d33dbb60
@@ -238,33 +240,37 @@ def trace_count() -> int:
     return _TRACE_COUNT[0]
 
 # %% ../nbs/06_generate.ipynb #62053ba6
-@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan"))
+@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
-                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan: bool | None = None):
+                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
-    unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`).
-    Returns tokens, log π, log q [B, N], lengths [B], decode steps ()."""
+    unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
+    `maxpost.sampler_mesh.DecodeLayout` that pins the caches and rows to a mesh (None: no constraint).
+    Returns tokens, log π, log q [B, N], lengths [B], decode steps () (return_cache: and the rows' own cache)."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
     U, T = tokens.shape
-    B, N = real.shape[0], max_new
-    R = B // U
+    B, N, R = real.shape[0], max_new, real.shape[0] // U
+    con = layout.constrain if layout is not None else (lambda x, axes: x)
+    tokens, segment_ids = con(tokens, "UT"), con(segment_ids, "UT")
     positions = positions_from_mask((segment_ids > 0).astype(jnp.int32))           # [U, T]
     hidden, pre = model(tokens, positions, segment_ids, init_cache(cfg, U, T, model.dtype), return_hidden=True)
-    logits = jnp.repeat(model.logits(hidden[:, -1]), R, axis=0)                   # [B, V] float32
+    pre = dict(pre, k=con(pre["k"], "LUTKH"), v=con(pre["v"], "LUTKH"))
+    logits = con(jnp.repeat(model.logits(hidden[:, -1]), R, axis=0), "BV")      # [B, V] float32
     if scan is None: scan = use_scan("auto")
     if scan:                                                                       # `maxpost.scan_decode`
         prefix, cache = scan_caches(cfg, pre, B, N, model.dtype)
+        prefix = (con(prefix[0], "LUKTH"), con(prefix[1], "LUKTH"))
     else:
         pk, pv = pre["k"].transpose(0, 1, 3, 4, 2), pre["v"].transpose(0, 1, 3, 2, 4)  # [L, U, K, hd, T], [L, U, K, T, hd]
-        prefix = (tuple(pk), tuple(pv))
+        prefix = (tuple(con(k, "UKHT") for k in pk), tuple(con(v, "UKTH") for v in pv))
         K, hd = cfg.num_kv_heads, cfg.head_dim
         cache = (tuple(tuple(jnp.zeros((B, K, hd, n), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)),
                  tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
-    w = scan_decode_weights(model) if scan else decode_weights(model)
+    w = scan_decode_weights(model) if scan else decode_weights(model, fuse=layout is None or layout.mesh.shape["tensor"] == 1)
     step_fn = partial(scan_decode_step, blocks=decode_blocks(N)) if scan else decode_step
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
@@ -278,6 +284,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
              done=~real | is_stop(tok), lengths=real.astype(jnp.int32),
              out_tok=jnp.zeros((B, N), jnp.int32).at[:, 0].set(jnp.where(real, tok, 0)),
              out_lp=zeros_f.at[:, 0].set(jnp.where(real, lp, 0.0)), out_lq=zeros_f.at[:, 0].set(jnp.where(real, lq, 0.0)))
+    c = constrain_state(layout, c, scan)                                           # rows and caches on the mesh
 
     def cond(c): return (c["step"] < max_tokens) & ~jnp.all(c["done"])
 
@@ -286,13 +293,13 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
         tok, lp, lq = pick(model.logits(h), c["step"])
         live = ~c["done"]
         put = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None].astype(buf.dtype), (0, c["step"]))
-        return dict(step=c["step"] + 1, tok=tok, pos=c["pos"] + 1, cache=cache,
+        return constrain_state(layout, dict(step=c["step"] + 1, tok=tok, pos=c["pos"] + 1, cache=cache,
                     done=c["done"] | is_stop(tok), lengths=c["lengths"] + live.astype(jnp.int32),
                     out_tok=put(c["out_tok"], jnp.where(live, tok, 0)), out_lp=put(c["out_lp"], jnp.where(live, lp, 0.0)),
-                    out_lq=put(c["out_lq"], jnp.where(live, lq, 0.0)))
+                    out_lq=put(c["out_lq"], jnp.where(live, lq, 0.0))), scan)
 
     c = jax.lax.while_loop(cond, body, c)
-    return c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]
+    return (c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]) + ((c["cache"],) if return_cache else ())
 
 # %% ../nbs/06_generate.ipynb #6718d57d
 def _to_state_leaves(params) -> dict:
@@ -307,15 +314,18 @@ class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,
                  max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False,
-                 decode: str = "auto"):
+                 decode: str = "auto", mesh=None):
         use_scan(decode)                                # a bad value fails here, before any compute
+        self.mesh = check_mesh(mesh) if mesh is not None else None   # `maxpost.sampler_mesh`: weights, rows, caches
         self.cfg, self.tokenizer, self.decode = model.cfg, tokenizer, decode   # decode: `use_scan`
         self.graphdef, state = nnx.split(model)
         flat, self._treedef = jax.tree_util.tree_flatten_with_path(state)
         self._names = [str(getattr(path[0], "key", path[0])) for path, _ in flat]   # param name of each leaf
         leaves = [x for _, x in flat]
-        self._state = state
         self._specs = {n: (tuple(x.shape), x.dtype) for n, x in zip(self._names, leaves)}
+        self._shardings = decode_param_shardings(mesh, {n: s for n, (s, _) in self._specs.items()}) if mesh is not None else None
+        self._state = state if mesh is None else jax.tree.unflatten(
+            self._treedef, [jax.device_put(x, self._shardings[n]) for n, x in zip(self._names, leaves)])
         self.max_batch = int(max_batch)                 # rows (prompt × sample) per compiled call
         self.max_len = int(max_len or model.cfg.max_position_embeddings)  # prompt + completion, in tokens
         self.max_prefill = min(int(max_prefill), self.max_len - 1)         # longest prompt accepted
@@ -325,7 +335,8 @@ class NativeEngine:
 
     def sync_weights(self, params):
         """Use new weights (a Decoder, nnx.State or name → array dict of the same shapes) from the next call on.
-        Arrays already in the engine's dtype are referenced, not copied: sync again after a step that donates them."""
+        Arrays already in the engine's dtype are referenced, not copied: sync again after a step that donates them.
+        On a mesh each is placed with the engine's sharding: arrays already on the chips move between chips only."""
         new = _to_state_leaves(params)
         missing = [n for n in self._names if n not in new]
         if missing: raise ValueError(f"sync_weights: missing params {missing}")
@@ -334,7 +345,8 @@ class NativeEngine:
             shape, dtype = self._specs[n]
             v = new[n]
             if tuple(v.shape) != shape: raise ValueError(f"sync_weights: {n!r} has shape {tuple(v.shape)}, the engine needs {shape}")
-            leaves.append(jnp.asarray(v, dtype))        # same dtype: the compiled program is reused
+            if self.mesh is None: leaves.append(jnp.asarray(v, dtype))   # same dtype: the compiled program is reused
+            else: leaves.append(jax.device_put(v.astype(dtype) if v.dtype != dtype else v, self._shardings[n]))
         self._state = jax.tree.unflatten(self._treedef, leaves)
 
 # %% ../nbs/06_generate.ipynb #87ffc48b
@@ -380,6 +392,7 @@ def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, 
 def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingParams, stop_arr, stop_set):
     "One compiled call on `chunk`: [(prompt index, sample indices)], each piece R rows of the [U·R] batch."
     U = bucket_batch(len(chunk), P)
+    if self.mesh is not None: U = padded_prompts(U, R, data_size(self.mesh))    # the rows split over data × fsdp
     longest = max(len(ids[p]) for p, _ in chunk)
     T = max(longest, min(bucket_length(longest), self.max_prefill, self.max_len - sp.max_tokens))
     N = max(sp.max_tokens, min(bucket_length(sp.max_tokens), self.max_len - T))
@@ -391,10 +404,15 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
         L = len(ids[p]); tokens[u, T - L:] = ids[p]; seg[u, T - L:] = 1
         for r, s in enumerate(samples):
             real[u * R + r] = True; row_ids[u * R + r] = (streams[p], s); rows.append((u * R + r, p, s))
+    layout = decode_layout(self.mesh, self.cfg, U, U * R) if self.mesh is not None else None
+    if layout is not None:                           # the inputs where the program wants them
+        tokens, seg = (jax.device_put(x, layout.sharding("UT")) for x in (tokens, seg))
+        real, row_ids = jax.device_put(real, layout.sharding("B")), jax.device_put(row_ids, layout.sharding("BN"))
     outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                            np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                            np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
-                           with_sampling_logprobs=bool(sp.sampling_logprobs), scan=use_scan(self.decode, self._state))
+                           with_sampling_logprobs=bool(sp.sampling_logprobs), scan=use_scan(self.decode, self._state),
+                           layout=layout)
     out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
     res, texts_in = {}, []
     for b, p, s in rows:

@@ -364,8 +364,10 @@ def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     max_len, max_prefill = (T + cfg.max_completion_length, T) if cfg.multi_turn else (T, cfg.max_prefill_predict_length)
     if cfg.rollout_engine == "native":
         model = empty_decoder(trainer.mcfg, trainer.dtype, trainer.wdtype)
+        # on the trainer's mesh when this process holds all of it (`maxpost.sampler_mesh`); across processes, one chip
+        mesh = trainer.mesh if jax.process_count() == 1 else None
         eng = make_engine("native", model, tokenizer, max_batch=cfg.batch_size * cfg.num_generations,
-                          max_len=max_len, max_prefill=max_prefill, stop_token_ids=stop)
+                          max_len=max_len, max_prefill=max_prefill, stop_token_ids=stop, mesh=mesh)
     else:
         vkw = dict(max_num_seqs=cfg.max_num_seqs, gpu_memory_utilization=cfg.hbm_utilization_vllm, max_model_len=max_len)
         if cfg.max_num_batched_tokens: vkw["max_num_batched_tokens"] = cfg.max_num_batched_tokens
