@@ -275,8 +275,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
-    pick = lambda lg, step: sample_tokens(lg, keys, step, temperature, top_k, top_p, with_sampling_logprobs,
-                                         lean=scan)                        # `maxpost.lean_sample` with the scan
+    pick = lambda lg, s: sample_tokens(lg, keys, s, temperature, top_k, top_p, with_sampling_logprobs, lean=scan)
 
     tok, lp, lq = pick(logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
