@@ -24,7 +24,7 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
 from .blocks import rope_cos_sin, softcap
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
                            positions_from_mask, tpu_lowering)
-from .lean_sample import lean_draw
+from .lean_sample import head_logits_t, lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
 from .sampler_mesh import check_mesh, constrain_state, data_size, decode_layout, decode_param_shardings, padded_prompts
 
@@ -78,12 +78,18 @@ def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_l
                   lean: bool = False):
     """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
     logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key).
-    lean: untruncated sampling draws with `maxpost.lean_sample.lean_draw` (no [B, V] temporaries; accelerators)."""
+    lean: logits come transposed, [V, B], and untruncated sampling draws with `maxpost.lean_sample.lean_draw` (no
+    [B, V] temporaries; the accelerators' program); greedy and truncated draws are the same as without it."""
+    lt = logits if lean else None
+    logits = logits.T if lean else logits                                 # lean: only the branches that need it
     B = logits.shape[0]
     at = lambda x, tok: jnp.take_along_axis(x, tok[:, None], axis=-1)[:, 0]
     lse = lambda x: jax.nn.logsumexp(x, axis=-1)
     uniforms = lambda: jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys)   # [B]
     def greedy(_):
+        if lean:                                          # on [V, B] as it comes: no transpose
+            tok = jnp.argmax(lt, axis=0).astype(jnp.int32)
+            return tok, jnp.take_along_axis(lt, tok[None, :], axis=0)[0] - jax.nn.logsumexp(lt, axis=0), jnp.zeros((B,), jnp.float32)
         tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return tok, at(logits, tok) - lse(logits), jnp.zeros((B,), jnp.float32)
     def sample(_):
@@ -97,11 +103,11 @@ def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_l
         lse_pi = jax.lax.cond(truncated | (temperature != 1.0), lambda _: lse(logits), lambda _: lse_z, None)
         return tok, at(logits, tok) - lse_pi, lq.astype(jnp.float32)
     def sample_lean(_):
-        tok, lse_z = lean_draw(logits, uniforms(), temperature)
-        lt = at(logits, tok)
-        lq = (lt / temperature - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
-        lse_pi = jax.lax.cond(temperature != 1.0, lambda _: lse(logits), lambda _: lse_z, None)
-        return tok, lt - lse_pi, lq.astype(jnp.float32)
+        tok, lse_z = lean_draw(lt, uniforms(), temperature)
+        lv = jnp.take_along_axis(lt, tok[None, :], axis=0)[0]
+        lq = (lv / temperature - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
+        lse_pi = jax.lax.cond(temperature != 1.0, lambda _: jax.nn.logsumexp(lt, axis=0), lambda _: lse_z, None)
+        return tok, lv - lse_pi, lq.astype(jnp.float32)
     draw = (lambda _: jax.lax.cond((top_k > 0) | (top_p < 1.0), sample, sample_lean, None)) if lean else sample
     tok, lp, lq = jax.lax.cond(temperature > 0, draw, greedy, None)
     return tok, lp.astype(jnp.float32), lq
@@ -275,9 +281,9 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
-    pick = lambda lg, s: sample_tokens(lg, keys, s, temperature, top_k, top_p, with_sampling_logprobs, lean=scan)
+    pick = lambda lg, s: sample_tokens(lg, keys, s, temperature, top_k, top_p, with_sampling_logprobs, scan)  # scan: [V, B]
 
-    tok, lp, lq = pick(logits, 0)
+    tok, lp, lq = pick(logits.T if scan else logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
     c = dict(step=jnp.int32(1), tok=tok, pos=jnp.repeat(positions[:, -1] + 1, R), cache=cache,
              done=~real | is_stop(tok), lengths=real.astype(jnp.int32),
@@ -289,7 +295,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
 
     def body(c):
         h, cache = step_fn(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
-        tok, lp, lq = pick(model.logits(h), c["step"])
+        tok, lp, lq = pick(head_logits_t(model, h) if scan else model.logits(h), c["step"])
         live = ~c["done"]
         put = lambda buf, v: jax.lax.dynamic_update_slice(buf, v[:, None].astype(buf.dtype), (0, c["step"]))
         return constrain_state(layout, dict(step=c["step"] + 1, tok=tok, pos=c["pos"] + 1, cache=cache,

@@ -9,8 +9,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .blocks import softcap
+
+
 # %% auto #0
-__all__ = ['vocab_block', 'lean_draw']
+__all__ = ['vocab_block', 'lean_draw', 'head_logits_t']
 
 # %% ../nbs/06e_lean_sample.ipynb #5e8e21f9
 def vocab_block(V: int, most: int = 256) -> int:
@@ -22,20 +25,17 @@ def vocab_block(V: int, most: int = 256) -> int:
     return 0
 
 # %% ../nbs/06e_lean_sample.ipynb #dd55395b
-def lean_draw(logits, u, temperature, most: int = 256):
+def lean_draw(lt, u, temperature, most: int = 256):
     """(token [B] int32, logsumexp(logits / temperature) [B]) drawn from softmax(logits / temperature) by uniforms
-    u [B] in [0, 1): `inverse_cdf_sample`'s two-level inverse CDF, from logits [B, V] (float32, -inf allowed) with no
-    scaled or exponentiated copy of them. temperature > 0 (a traced scalar is fine)."""
-    B, V = logits.shape
+    u [B] in [0, 1): `inverse_cdf_sample`'s two-level inverse CDF, from the logits transposed, lt [V, B] (float32,
+    -inf allowed), with no scaled or exponentiated copy of them. temperature > 0 (a traced scalar is fine)."""
+    V, B = lt.shape
     W = vocab_block(V, most)
     if not W:                                        # no power-of-two block divides V: pad with tokens of no mass
         W = most
-        logits = jnp.pad(logits, ((0, 0), (0, -(-V // W) * W - V)), constant_values=-jnp.inf)
-    nb = logits.shape[1] // W
+        lt = jnp.pad(lt, ((0, -(-V // W) * W - V), (0, 0)), constant_values=-jnp.inf)
+    nb = lt.shape[0] // W
     inv = 1.0 / temperature
-    # every pass over V runs on the transposed view [V, B]: its [nb, W, B] blocks split the major axis only, so on a
-    # TPU (tiles over the two minor axes) the block sums read the head's output where it lies, with no relayout
-    lt = logits.T
     m = jnp.max(lt, axis=0)                                                  # [B]  first read
     bs = jnp.exp((lt.reshape(nb, W, B) - m) * inv).sum(1)                    # [nb, B] block masses: second read
     cb = jnp.cumsum(bs, axis=0)
@@ -52,3 +52,10 @@ def lean_draw(logits, u, temperature, most: int = 256):
     fix = lambda tok: jnp.where(ok, tok, jnp.argmax(lt, axis=0).astype(jnp.int32))
     tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
     return tok, m * inv + jnp.log(cb[-1])
+
+# %% ../nbs/06e_lean_sample.ipynb #dfd75a89
+def head_logits_t(model, h):
+    "The logits transposed, [V, B] float32, of final hidden states h [B, d] (`Decoder.logits`, with its soft-cap)."
+    w, spec = (model.embed[...], "vd,bd->vb") if model.cfg.tie_word_embeddings else (model.lm_head[...], "dv,bd->vb")
+    out = jnp.einsum(spec, w.astype(h.dtype), h, preferred_element_type=jnp.float32)
+    return softcap(out, model.cfg.final_logit_softcapping)
