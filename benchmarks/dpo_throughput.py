@@ -91,7 +91,8 @@ def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str, share: bool = 
         "share_prompt": True, "max_response_length": pairs["chosen"].shape[1]})})
     mcfg, base, _ = load_base(cfg)
     tr = DPOTrainer(cfg, mcfg, base); del base
-    hb = with_window(shared_batch(pairs, cfg.share_length) if share else maxpost_batch(pairs))   # head: responses only
+    hb = with_window(shared_batch(pairs, cfg.share_length) if share else maxpost_batch(pairs), tr.window_width)   # head:
+    # the response positions only
     box = {"state": tr.init_state()}
     if lora_out: np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
     def step():

@@ -175,7 +175,7 @@ def dpo_pair(b, pairs: int, prompt: int, response: int, tunix: bool = True) -> l
         tr = DPOTrainer(cfg, b.mcfg, b.base)
         box = {"s": tr.init_state()}
         if not share: np.savez(lora, **{k: np.asarray(v["a"], np.float32) for k, v in box["s"]["params"].items()})
-        hb = with_window(dt.shared_batch(P, cfg.share_length) if share else dt.maxpost_batch(P))
+        hb = with_window(dt.shared_batch(P, cfg.share_length) if share else dt.maxpost_batch(P), tr.window_width)
         def step():      # as dpo_throughput.setup_maxpost: the pairs' reference log-probs, then the update
             x = {k: jax.device_put(hb[k], tr.batch2_sh) for k in hb}
             ref = np.asarray(tr._plain(tr.frozen, x)[0], np.float32)

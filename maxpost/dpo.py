@@ -97,24 +97,26 @@ class DPOConfig(SFTConfig):
         return self.max_target_length + self.dpo.max_response_length if self.dpo.share_prompt else 0
 
 # %% ../nbs/13c_dpo.ipynb #b1261212
-def response_window(loss_mask, parts: int = 4) -> np.ndarray:
+def response_window(loss_mask, parts: int = 4, width: int | None = None) -> np.ndarray:
     """[R, W] int32 positions of each row's window over its masked (response) tokens: W is the longest row's span from
-    its first to its last masked position, rounded up to a multiple of T/`parts` (at most `parts` shapes compile);
-    each window starts at its row's first masked position, moved left where it would pass the end."""
+    its first to its last masked position, rounded up to a multiple of T/`parts` (at most `parts` shapes compile), or
+    `width` when given and no span is longer; each window starts at its row's first masked position, moved left where
+    it would pass the end."""
     m = np.asarray(loss_mask) != 0
     R, T = m.shape
     any_ = m.any(axis=1)
     first = np.where(any_, m.argmax(axis=1), 0)
     last = np.where(any_, T - 1 - m[:, ::-1].argmax(axis=1), 0)
     q = max(1, -(-T // parts))
-    W = min(T, max(q, -(-int((last - first + 1).max(initial=1)) // q) * q))
+    span = int((last - first + 1).max(initial=1))
+    W = min(T, width if width and span <= width else max(q, -(-span // q) * q))
     start = np.minimum(first, T - W)
     return (start[:, None] + np.arange(W)[None, :]).astype(np.int32)
 
 # %% ../nbs/13c_dpo.ipynb #f3daaa5e
-def with_window(batch: dict) -> dict:
-    "`batch` with its `window` (`response_window` of its loss mask) added when it has none."
-    return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"])}
+def with_window(batch: dict, width: int | None = None) -> dict:
+    "`batch` with its `window` (`response_window` of its loss mask, `width` if given) added when it has none."
+    return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"], width=width)}
 
 # %% ../nbs/13c_dpo.ipynb #85fae026
 class DPOTrainer(Trainer):
@@ -127,6 +129,8 @@ class DPOTrainer(Trainer):
             raise ConfigError(f"dpo.share_prompt=true: a shared row of {L} slots (max_target_length + "
                               f"dpo.max_response_length) is longer than the model's sliding window ({win}), where the "
                               f"rejected response would see less of the prompt than in its own row", key="dpo.share_prompt")
+        # shared rows: one head window over both responses, 2·max_response_length wide (one shape, no rounding up)
+        self.window_width = 2 * cfg.dpo.max_response_length if self.share else None
         self.tiles = head_tiles(mesh, cfg.loss_chunk_size)          # logits tiles of a frozen head (maxpost.head_loss)
         rows = batch_sharding(mesh, leading=1)                      # [A, 2B, T]: rows over data × fsdp
         self.pair_batch_sh = {k: rows for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask", "window")}
@@ -152,7 +156,7 @@ class DPOTrainer(Trainer):
     def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
         """Host pair batch (every process: the whole batch) → [A, 2B, …] rows ([A, B, …] shared) and `ref_logps` [A, 2B],
         chosen then rejected per micro-batch. An iterator's batch (it has `pair_index`) lists all chosen first: regrouped."""
-        b = dict(with_window(batch))
+        b = dict(with_window(batch, self.window_width))
         if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]) * (2 if self.share else 1), np.float32)
         A = self.cfg.gradient_accumulation_steps
         if A > 1 and "pair_index" in b:                   # [c(A·B), r(A·B)] → [c(B) r(B)] per micro-batch
@@ -205,7 +209,7 @@ def logps(self: DPOTrainer, batches, params=None, trainable=None) -> dict[int, t
     # params: full weights, no adapters (the reference); else trainable: the state's params (the policy)
     out = {}
     for b in batches:
-        b = with_window(b)
+        b = with_window(b, self.window_width)
         idx = np.asarray(b["pair_index"]); B = len(idx)
         x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
         plain = self._plain_frozen if params is self.frozen else self._plain
