@@ -65,6 +65,8 @@ def test_bad_input_stops_before_compute(tmp_path, hf_smol, capsys):
     assert "'dpo.algo'" in _error(capsys, TINY + out + ["dpo.algo=kto"])
     assert "'dpo.dpo_beta'" in _error(capsys, TINY + out + ["dpo_beta=0"])
     assert "'dpo.dpo_beta'" in _error(capsys, TINY + out + ["dpo.dpo_beta=-0.1"])
+    assert "'dpo.max_response_length'" in _error(capsys, TINY + out + ["dpo.share_prompt=true"])
+    assert "dpo.share_prompt=true: a shared row of 40 slots" in _error(capsys, TINY + out + ["dpo.share_prompt=true", "dpo.max_response_length=8"])   # sliding window 4
     for algo in ("orpo", "simpo"):
         assert "uses no reference model" in _error(capsys, TINY + out + [f"dpo.algo={algo}", f"dpo.reference_model_path={hf_smol}"])
     assert "gemma3-270m" in _error(capsys, ["model_name=gemma3-270m", f"load_parameters_path={hf_smol}", *out])
