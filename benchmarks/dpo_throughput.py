@@ -4,6 +4,7 @@ HF folder), the same preference pairs and shapes, and the same optimisation.
 
     python benchmarks/dpo_throughput.py [--pairs 2] [--prompt 64] [--response 64] [--steps 5] [--dtype float32]
     python benchmarks/dpo_throughput.py --baseline /tmp/base   # + maxpost imported from another tree (before a change)
+    python benchmarks/dpo_throughput.py --share --skip-tunix   # + maxpost's one-row-per-pair layout (dpo.share_prompt)
 
 Each trainer runs in its own subprocess (its peak RSS is its own); the parent sets both up one after the other, runs
 one compiling step of each, then alternates them step by step over the timed steps so that both see the same load.
@@ -18,6 +19,10 @@ What a step is, in each:
   `maxpost.dpo.train` computes them once per pair before training, so with each pair seen once this is the same
   work), then `DPOTrainer.step`. The timed figure is the sum of the two; the step alone is printed too.
 Tokens per step: 2B rows × (prompt + response), every token real (no padding), as in both frameworks' batches.
+With --share a third trainer, `maxpost-share`, runs the same pairs and config with `dpo.share_prompt=true`: one row
+per pair, the prompt once and both responses reading it (`maxpost.dpo_data.collate_shared`, max_target_length +
+response slots). Its tokens/s counts the same 2B × (prompt + response) pair tokens, so the ratio maxpost-share /
+maxpost is the ratio of step times; its step-1 loss equals the two-row one up to float rounding.
 
 Like for like (as in `sft_throughput.py`, whose helpers this script uses): LoRA rank 16, α 32 on q, o, gate, up and
 down (Tunix's Gemma 3 computes k and v in one einsum that Qwix would give one shared A, so k and v are frozen in both);
@@ -38,6 +43,7 @@ import sft_throughput as st   # cpu_info, machine_kind, jax_info, matmul_peak, t
 ROOT = Path(__file__).resolve().parents[1]
 TAG = st.TAG            # the workers' protocol lines on stdout (sft_throughput.Worker reads them)
 BETA = 0.1
+SHARE = "maxpost-share"   # the extra trainer of --share: dpo.share_prompt (one row per pair)
 
 def make_pairs(vocab: int, B: int, P: int, R: int) -> dict:
     "Random token ids: prompt [B, P], chosen [B, R], rejected [B, R] (no padding, no special ids below 10)."
@@ -63,16 +69,30 @@ def maxpost_batch(p: dict) -> dict:
     return dict(inputs=rows, targets=targets, positions=np.tile(np.arange(T, dtype=np.int32), (R2, 1)),
                 segment_ids=np.ones((R2, T), np.int32), loss_mask=mask)
 
-def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str):
-    "A function running one maxpost DPO step (reference pass of the batch + train step); its LoRA A saved for Tunix."
+def shared_batch(p: dict, L: int) -> dict:
+    "maxpost's shared host batch (`dpo.share_prompt`): one [L]-slot row per pair, the prompt once, then both responses."
+    from maxpost.data import SFTExample
+    from maxpost.dpo_data import PreferencePair, collate_shared
+    P, R = p["prompt"].shape[1], p["chosen"].shape[1]
+    mask = np.r_[np.zeros(P, bool), np.ones(R, bool)]
+    side = lambda b, k: SFTExample(np.concatenate([p["prompt"][b], p[k][b]]), mask, b)
+    return collate_shared([PreferencePair(side(b, "chosen"), side(b, "rejected"), b) for b in range(len(p["prompt"]))],
+                          L, len(p["prompt"]))
+
+def setup_maxpost(hf_dir, pairs: dict, dtype: str, lora_out: str, share: bool = False):
+    """A function running one maxpost DPO step (reference pass of the batch + train step); its LoRA A saved for Tunix.
+    share: the one-row-per-pair layout (`dpo.share_prompt`, rows of max_target_length + response slots)."""
     import jax
     from maxpost.dpo import DPOTrainer, with_window
     from maxpost.trainer import load_base
     B, T = pairs["prompt"].shape[0], pairs["prompt"].shape[1] + pairs["chosen"].shape[1]
     cfg = dpo_config(hf_dir, B, T, dtype)
+    if share: cfg = cfg.model_copy(update={"dpo": cfg.dpo.model_copy(update={
+        "share_prompt": True, "max_response_length": pairs["chosen"].shape[1]})})
     mcfg, base, _ = load_base(cfg)
     tr = DPOTrainer(cfg, mcfg, base); del base
-    hb = with_window(maxpost_batch(pairs))       # the head runs on the response positions only
+    hb = with_window(shared_batch(pairs, cfg.share_length) if share else maxpost_batch(pairs), tr.window_width)   # head:
+    # the response positions only
     box = {"state": tr.init_state()}
     if lora_out: np.savez(lora_out, **{k: np.asarray(v["a"]) for k, v in box["state"]["params"].items()})
     def step():
@@ -142,7 +162,7 @@ def worker(name: str, a):
     pairs = make_pairs(262_144, a.pairs, a.prompt, a.response)
     t = time.perf_counter()
     if name.startswith("maxpost"):      # (BASE: the same code, maxpost imported from --baseline; it reads the A file)
-        step, n = setup_maxpost(hf_dir, pairs, a.dtype, a.lora_file if name == "maxpost" else None)
+        step, n = setup_maxpost(hf_dir, pairs, a.dtype, a.lora_file if name == "maxpost" else None, name == SHARE)
     else: step, n = setup_tunix(hf_dir, pairs, a.dtype, a.lora_file), None
     say = lambda d: print(TAG + json.dumps(d), flush=True)
     say({"setup_s": time.perf_counter() - t, "n_params": n, "rss_after_setup_gib": st._peak_rss_gib()})
@@ -164,7 +184,7 @@ class Worker(st.Worker):
 def bench(a) -> dict:
     "maxpost set up first (Tunix starts from its LoRA A), then Tunix; a compile step each; then alternation."
     lora_file = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
-    names = ["maxpost"] + ([st.BASE] if a.baseline else []) + ([] if a.skip_tunix else ["tunix"])
+    names = ["maxpost"] + ([st.BASE] if a.baseline else []) + ([SHARE] if a.share else []) + ([] if a.skip_tunix else ["tunix"])
     ws, out = {}, {}
     for k in names:                       # one at a time: the second starts after the first has loaded
         ws[k] = Worker(k, a, lora_file); out[k] = ws[k].read() | {"steps": []}
@@ -184,7 +204,8 @@ def main():
     ap.add_argument("--skip-tunix", action="store_true")
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--baseline", help="also run maxpost imported from this tree (`git archive <commit> maxpost`)")
-    ap.add_argument("--worker", choices=["maxpost", st.BASE, "tunix"], help=argparse.SUPPRESS)
+    ap.add_argument("--share", action="store_true", help="also run maxpost with dpo.share_prompt (one row per pair)")
+    ap.add_argument("--worker", choices=["maxpost", st.BASE, SHARE, "tunix"], help=argparse.SUPPRESS)
     ap.add_argument("--lora-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker: return worker(a.worker, a)
@@ -196,7 +217,7 @@ def main():
     res["load_avg_end"] = os.getloadavg()
     res["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     ntok = 2 * a.pairs * (a.prompt + a.response)
-    for k in ("maxpost", st.BASE, "tunix"):
+    for k in ("maxpost", st.BASE, SHARE, "tunix"):
         if k not in res: continue
         r = res[k]; s = [x["s"] for x in r["steps"][1:]]
         r |= {"first_step_s": r["steps"][0]["s"], "step_s": s, "tokens_per_s": ntok / statistics.median(s),
@@ -214,6 +235,12 @@ def main():
         res["ratio_maxpost_over_baseline"] = m["tokens_per_s"] / b["tokens_per_s"]
         res["ratio_baseline_paired"] = statistics.median(y / x for x, y in zip(m["step_s"], b["step_s"]))
         res["baseline_max_loss_diff"] = max(abs(x["loss"] - y["loss"]) for x, y in zip(m["steps"], b["steps"]))
+    if SHARE in res:
+        m, h = res["maxpost"], res[SHARE]
+        res["ratio_share_over_two_row"] = h["tokens_per_s"] / m["tokens_per_s"]
+        res["ratio_share_paired"] = statistics.median(x / y for x, y in zip(m["step_s"], h["step_s"]))
+        res["share_max_loss_diff"] = max(abs(x["loss"] - y["loss"]) for x, y in zip(m["steps"], h["steps"]))
+        res["share_loss_step1"] = [m["steps"][0]["loss"], h["steps"][0]["loss"]]
     if a.out: Path(a.out).write_text(json.dumps(res, indent=1, default=str))
     print(json.dumps(res, indent=1, default=str))
     ci = res["cpu"]
@@ -221,10 +248,10 @@ def main():
     print(f"jax {res['jax']['jax']}; {res['uptime_start']}  ->  {res['uptime_end']}")
     print(f"LoRA DPO, Gemma 3 270M, {a.pairs} pairs x (prompt {a.prompt} + response {a.response}) = {ntok} tokens/step, "
           f"{a.dtype}; {a.steps} timed steps, alternating")
-    for k in ("maxpost", st.BASE, "tunix"):
+    for k in ("maxpost", st.BASE, SHARE, "tunix"):
         if k in res:
             r = res[k]
-            print(f"  {k:8s} {r['tokens_per_s']:6.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max {r['tokens_per_s_max']:.1f})"
+            print(f"  {k:13s} {r['tokens_per_s']:6.1f} tok/s (min {r['tokens_per_s_min']:.1f}, max {r['tokens_per_s_max']:.1f})"
                   f"  first step {r['first_step_s']:.1f} s  peak RSS {r['peak_rss_gib']:.2f} GiB  losses "
                   f"{[round(x['loss'], 5) for x in r['steps']]}  logps/chosen {[round(x['logps_chosen'], 3) for x in r['steps']]}")
     if "tunix" in res:
@@ -234,6 +261,10 @@ def main():
     if st.BASE in res:
         print(f"  maxpost / {st.BASE} = {res['ratio_maxpost_over_baseline']:.2f} (median of per-round ratios "
               f"{res['ratio_baseline_paired']:.2f}); max |loss difference| = {res['baseline_max_loss_diff']:.2e}")
+    if SHARE in res:
+        print(f"  {SHARE} / maxpost = {res['ratio_share_over_two_row']:.2f} (median of per-round ratios "
+              f"{res['ratio_share_paired']:.2f}); step-1 losses {res['share_loss_step1']}; max |loss difference| = "
+              f"{res['share_max_loss_diff']:.2e}")
 
 if __name__ == "__main__":
     main()

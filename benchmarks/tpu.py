@@ -12,8 +12,11 @@ checking the budget before each part and printing `skipped: budget` for what it 
 1. SFT LoRA (rank 16 on q, o, gate, up, down) at B × T: maxpost, then Tunix's PeftTrainer on the same weights, batch,
    LoRA A and optimizer; speed ratio and step-1 losses.  2. the native sampler at each row count (prompt + new
    tokens): tokens/s against the HBM bound.  3. one GRPO step (LoRA) split into rollout, reference log-probs, update,
-   sync.  4. DPO (LoRA, pairs of prompt + response) against Tunix's DPOTrainer.  5. full fine-tuning against Tunix.
-6. SFT LoRA at T2 (maxpost).  7. SFT LoRA of `--llama` (maxpost; Tunix's Llama is not compared).
+   sync.  4. DPO (LoRA, pairs of prompt + response) against Tunix's DPOTrainer, then maxpost's one-row-per-pair
+   layout (`dpo.share_prompt`) against its two-row step (skipped where the model's sliding window is shorter than
+   the shared row).  5. full fine-tuning against Tunix.
+6. SFT LoRA at T2 (maxpost).  7. SFT LoRA of `--llama` (maxpost; Tunix's Llama is not compared).  8. `dpo_llama`:
+   item 4 on `--llama` without Tunix (no sliding window: the shared layout at the `--dpo` shape).
 Each part is estimated (on a TPU) before it starts: a Tunix part 200 s (it compiles twice), a maxpost part 40 s.
 Output: one JSON line per measurement in OUT/tpu.jsonl, the readable log in OUT/tpu.log, and the markdown section
 in OUT/tpu_results.md; `--write-results` appends it to benchmarks/RESULTS_tpu.md (`write_results`).
@@ -26,7 +29,8 @@ t_start = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 RESULTS = HERE / "RESULTS_tpu.md"
-ITEMS = ["sft_lora", "sampler", "grpo", "dpo", "sft_full", "sft_lora_t2", "llama", "profile"]   # profile: opt-in
+ITEMS = ["sft_lora", "sampler", "grpo", "dpo", "sft_full", "sft_lora_t2", "llama", "dpo_llama", "profile"]   # profile: opt-in
+# dpo_llama: the dpo item on the --llama model (no sliding window: its shared layout runs at any length), no Tunix
 
 
 def short(e: BaseException, n: int = 400) -> str:
@@ -152,6 +156,9 @@ def run(a):
             b.say("skipped: budget (llama)")
         else:
             b.load(a.llama); ti.sft_pair(b, "lora", a.B, a.T, tunix=False)
+    if a.llama and go("dpo_llama"):
+        if b.model != a.llama: b.load(a.llama)
+        ti.dpo_pair(b, pairs, dp, dr, tunix=False)
     b.record({"what": "end", "event": "end", "total_s": round(time.perf_counter() - t_start, 1)})
     return b.records
 

@@ -156,23 +156,26 @@ def compare(what: str, m: dict | None, t: dict | None) -> dict | None:
                if "logps_chosen_step1" in m and "logps_chosen_step1" in t else {})}
 
 
-def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
-    "maxpost's DPO step (reference log-probs + update) and Tunix's DPOTrainer step (reference inside), LoRA."
+def dpo_pair(b, pairs: int, prompt: int, response: int, tunix: bool = True) -> list[dict]:
+    """maxpost's DPO step (reference log-probs + update) and Tunix's DPOTrainer step (reference inside), LoRA; then
+    maxpost's one-row-per-pair layout (`dpo.share_prompt`) on the same pairs, compared with the two-row step (speed,
+    step-1 loss), or a `skipped` record where the model's sliding window is shorter than the shared row."""
     lora = str(Path(tempfile.mkdtemp()) / "lora_a.npz")
     P = dt.make_pairs(b.mcfg.vocab_size, pairs, prompt, response)
     shape = {"model": b.model, "mode": "lora", "pairs": pairs, "prompt": prompt, "response": response}
-    tokens = 2 * pairs * (prompt + response)
-    def ours():
+    tokens = 2 * pairs * (prompt + response)      # pair tokens, in either layout (the shared row runs the prompt once)
+    def ours(share: bool = False):
         import jax
         from maxpost.dpo import DPOConfig, DPOTrainer, with_window
         cfg = DPOConfig(model_name=b.model, use_lora=True, lora_rank=st.LORA_RANK, lora_alpha=st.LORA_ALPHA,
                         lora_module_path=st.MAXPOST_TARGETS, learning_rate=st.LR, warmup_steps_fraction=0.0, steps=100,
                         per_device_batch_size=pairs, max_target_length=prompt + response, dtype="bfloat16",
-                        weight_dtype="bfloat16", remat_policy="none", dpo={"dpo_beta": dt.BETA})
+                        weight_dtype="bfloat16", remat_policy="none",
+                        dpo={"dpo_beta": dt.BETA, "share_prompt": share, "max_response_length": response if share else -1})
         tr = DPOTrainer(cfg, b.mcfg, b.base)
         box = {"s": tr.init_state()}
-        np.savez(lora, **{k: np.asarray(v["a"], np.float32) for k, v in box["s"]["params"].items()})
-        hb = with_window(dt.maxpost_batch(P))
+        if not share: np.savez(lora, **{k: np.asarray(v["a"], np.float32) for k, v in box["s"]["params"].items()})
+        hb = with_window(dt.shared_batch(P, cfg.share_length) if share else dt.maxpost_batch(P), tr.window_width)
         def step():      # as dpo_throughput.setup_maxpost: the pairs' reference log-probs, then the update
             x = {k: jax.device_put(hb[k], tr.batch2_sh) for k in hb}
             ref = np.asarray(tr._plain(tr.frozen, x)[0], np.float32)
@@ -181,9 +184,11 @@ def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
             return float(m["loss"])
         rec = timed_steps(step, 1, b.steps) | {"hbm": hbm(), "logps_chosen_step1": box["logps_chosen_step1"]}
         del tr, box; gc.collect()
-        return {"framework": "maxpost", **shape} | tokens_rec(rec, tokens, b)
+        return {"framework": "maxpost", "layout": "shared" if share else "two-row", **shape,
+                **({"row_slots": cfg.share_length} if share else {})} | tokens_rec(rec, tokens, b)
     out = [b.attempt(f"dpo lora {pairs} pairs maxpost", 40, ours)]
-    if b.tunix and tunix_name(b.model):
+    two = out[0]
+    if tunix and b.tunix and tunix_name(b.model):
         def theirs():
             import jax
             step = dt.setup_tunix(b.hf_dir(), P, "bfloat16", lora, tunix_name(b.model))
@@ -196,6 +201,20 @@ def dpo_pair(b, pairs: int, prompt: int, response: int) -> list[dict]:
         out.append(b.attempt(f"dpo lora {pairs} pairs tunix", 200, theirs))
         c = compare(f"dpo lora {pairs} pairs", *out[-2:])
         if c: out.append(b.record(c))
+    win, L = b.mcfg.sliding_window, prompt + 2 * response
+    if win and L > win:
+        out.append(b.record({"what": f"dpo lora {pairs} pairs maxpost shared", "event": "skipped", "why":
+                             f"the shared row ({L} slots) is longer than {b.model}'s sliding window ({win})"}))
+        return out
+    sh = b.attempt(f"dpo lora {pairs} pairs maxpost shared", 40, lambda: ours(share=True))
+    out.append(sh)
+    if two and sh and "tokens_per_s" in two and "tokens_per_s" in sh:
+        out.append(b.record({"what": f"dpo lora {pairs} pairs shared vs two-row", "event": "compare",
+                             "shared_over_two_row": round(sh["tokens_per_s"] / two["tokens_per_s"], 3),
+                             "loss_step1_two_row": two["loss_step1"], "loss_step1_shared": sh["loss_step1"],
+                             "loss_step1_rel_diff": abs(sh["loss_step1"] - two["loss_step1"]) / max(abs(two["loss_step1"]), 1e-12),
+                             "logps_chosen_step1_two_row": two["logps_chosen_step1"],
+                             "logps_chosen_step1_shared": sh["logps_chosen_step1"]}))
     return out
 
 

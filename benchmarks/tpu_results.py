@@ -17,6 +17,7 @@ def _f(x, nd=1) -> str:
 
 def _train_row(r: dict) -> str:
     shape = (f"{r['pairs']} pairs × ({r['prompt']} + {r['response']})" if "pairs" in r else f"B = {r['B']} × {r['T']}")
+    if r.get("layout") == "shared": shape += f", one row of {r['row_slots']} slots per pair"
     return (f"{r['tokens_per_s']:,.0f} tokens/s, step {r['step_s_median']:.4f} s, MFU {_f(r.get('mfu_6N'), 3)}, "
             f"step-1 loss {r['loss_step1']:.4f}, first steps {r['first_steps_s']} s"), shape
 
@@ -26,8 +27,14 @@ def rows(recs: list[dict]) -> list[str]:
     out = []
     for r in recs:
         w = r.get("what", "")
-        if r.get("event") == "skipped": out.append(f"| {w} | – | skipped: {r.get('why')} ({r.get('left_s')} s left) |")
+        if r.get("event") == "skipped":
+            out.append(f"| {w} | – | skipped: {r.get('why')}" + (f" ({r['left_s']} s left)" if "left_s" in r else "") + " |")
         elif "error" in r: out.append(f"| {w} | – | error: {r['error'][:300].replace('|', '/')} |")
+        elif r.get("event") == "compare" and "shared_over_two_row" in r:
+            out.append(f"| {w} | same weights, pairs, LoRA A, optimizer | speed ×{r['shared_over_two_row']}; step-1 loss "
+                       f"{r['loss_step1_shared']:.5f} vs {r['loss_step1_two_row']:.5f} (rel. diff "
+                       f"{r['loss_step1_rel_diff']:.1e}); step-1 Σ log π(chosen) {r['logps_chosen_step1_shared']:.3f} vs "
+                       f"{r['logps_chosen_step1_two_row']:.3f} |")
         elif r.get("event") == "compare":
             out.append(f"| {w}: maxpost / Tunix | {r.get('same', 'same weights, batch, optimizer')} | speed ×{r['maxpost_over_tunix']}; "
                        f"step-1 loss {r['loss_step1_maxpost']:.5f} vs {r['loss_step1_tunix']:.5f} "

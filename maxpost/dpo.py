@@ -21,7 +21,7 @@ from .config import Config, ConfigError, NonNegFloat, PosFloat, PosInt, error_li
 from .checkpoint import CheckpointError, load_any
 from .loop import jit_sharded
 from .datasets import read_rows
-from .model import PARAM_AXES, param_shapes
+from .model import PARAM_AXES, PREFIX_GROUP, param_shapes
 from .sharding import batch_sharding, tree_shardings
 from .distributed import is_main_process, process_allgather
 from .head_loss import frozen_head_nll, head_tiles, head_weight, token_nll
@@ -29,7 +29,8 @@ from .metrics import wilson_interval
 from .sft import SFTConfig
 from .trainer import Trainer, load_base, run_training, start_run
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
-from .dpo_data import PreferenceIterator, gsm8k_pairs, synthetic_pairs, tokenize_preferences, model_identity
+from .dpo_data import (PreferenceIterator, cut_response, gsm8k_pairs, synthetic_pairs, tokenize_preferences,
+                              model_identity)
 
 # %% auto #0
 __all__ = ['GSM8K_DEFAULT_ROWS', 'DPOKeys', 'DPOConfig', 'response_window', 'with_window', 'DPOTrainer', 'load_pairs',
@@ -48,6 +49,11 @@ class DPOKeys(Config):
     # starting weights (with LoRA: the base model with the adapters off)
     rejected_temperature: NonNegFloat = 0.7      # dataset_type=gsm8k: sampling of the model's own (rejected) answer
     rejected_max_tokens: PosInt = 256
+    max_response_length: int = -1                # > 0: keep the first this-many tokens of each response (both layouts)
+    share_prompt: bool = False                   # one row per pair: the prompt once, then the chosen and the rejected
+    # response, each reading the prompt (prefix-group segment ids); the row holds max_target_length +
+    # max_response_length slots (needs max_response_length > 0). false: two rows, prompt + response each (default:
+    # CPU figures unchanged; `benchmarks/RESULTS_dpo.md` has the CPU ratio)
 
 class DPOConfig(SFTConfig):
     "Every key of `python -m maxpost.train_dpo`: SFT's keys, MaxText's `use_dpo` and `train_data_columns`, and the `dpo` section."
@@ -77,34 +83,54 @@ class DPOConfig(SFTConfig):
             if getattr(self, k) and len(getattr(self, k)) not in (2, 3):
                 raise ConfigError(f"name 2 columns (chosen, rejected) or 3 (prompt, chosen, rejected), got "
                                   f"{len(getattr(self, k))}", key=k)
+        R, T = self.dpo.max_response_length, self.max_target_length
+        if self.dpo.share_prompt and R <= 0:
+            raise ConfigError("dpo.share_prompt=true needs dpo.max_response_length > 0: a shared row holds "
+                              "max_target_length + dpo.max_response_length slots", key="dpo.max_response_length")
+        if R >= T: raise ConfigError(f"dpo.max_response_length={R} leaves no room for a prompt within "
+                                     f"max_target_length={T}", key="dpo.max_response_length")
         return self
 
+    @property
+    def share_length(self) -> int:
+        "Slots of a pair's one row with `dpo.share_prompt` (max_target_length + dpo.max_response_length); else 0."
+        return self.max_target_length + self.dpo.max_response_length if self.dpo.share_prompt else 0
+
 # %% ../nbs/13c_dpo.ipynb #b1261212
-def response_window(loss_mask, parts: int = 4) -> np.ndarray:
+def response_window(loss_mask, parts: int = 4, width: int | None = None) -> np.ndarray:
     """[R, W] int32 positions of each row's window over its masked (response) tokens: W is the longest row's span from
-    its first to its last masked position, rounded up to a multiple of T/`parts` (at most `parts` shapes compile);
-    each window starts at its row's first masked position, moved left where it would pass the end."""
+    its first to its last masked position, rounded up to a multiple of T/`parts` (at most `parts` shapes compile), or
+    `width` when given and no span is longer; each window starts at its row's first masked position, moved left where
+    it would pass the end."""
     m = np.asarray(loss_mask) != 0
     R, T = m.shape
     any_ = m.any(axis=1)
     first = np.where(any_, m.argmax(axis=1), 0)
     last = np.where(any_, T - 1 - m[:, ::-1].argmax(axis=1), 0)
     q = max(1, -(-T // parts))
-    W = min(T, max(q, -(-int((last - first + 1).max(initial=1)) // q) * q))
+    span = int((last - first + 1).max(initial=1))
+    W = min(T, width if width and span <= width else max(q, -(-span // q) * q))
     start = np.minimum(first, T - W)
     return (start[:, None] + np.arange(W)[None, :]).astype(np.int32)
 
 # %% ../nbs/13c_dpo.ipynb #f3daaa5e
-def with_window(batch: dict) -> dict:
-    "`batch` with its `window` (`response_window` of its loss mask) added when it has none."
-    return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"])}
+def with_window(batch: dict, width: int | None = None) -> dict:
+    "`batch` with its `window` (`response_window` of its loss mask, `width` if given) added when it has none."
+    return batch if "window" in batch else {**batch, "window": response_window(batch["loss_mask"], width=width)}
 
 # %% ../nbs/13c_dpo.ipynb #85fae026
 class DPOTrainer(Trainer):
-    "`maxpost.trainer.Trainer` with the preference loss: [A, 2B, T] batches (chosen then rejected) and `ref_logps` [A, 2B]."
+    "`maxpost.trainer.Trainer` with the preference loss: [A, 2B, T] batches (chosen then rejected; shared: [A, B, L]) and `ref_logps` [A, 2B]."
     def __init__(self, cfg: DPOConfig, mcfg, base_params: dict, mesh=None):
         cfg = cfg.for_backend()                          # `auto` dtypes and remat for this backend (maxpost.loop)
         mesh = mesh if mesh is not None else cfg.mesh()
+        self.share, L, win = cfg.dpo.share_prompt, cfg.share_length, mcfg.sliding_window
+        if self.share and win and L > win:                # sliding layers count slots (see maxpost.dpo_data)
+            raise ConfigError(f"dpo.share_prompt=true: a shared row of {L} slots (max_target_length + "
+                              f"dpo.max_response_length) is longer than the model's sliding window ({win}), where the "
+                              f"rejected response would see less of the prompt than in its own row", key="dpo.share_prompt")
+        # shared rows: one head window over both responses, 2·max_response_length wide (one shape, no rounding up)
+        self.window_width = 2 * cfg.dpo.max_response_length if self.share else None
         self.tiles = head_tiles(mesh, cfg.loss_chunk_size)          # logits tiles of a frozen head (maxpost.head_loss)
         rows = batch_sharding(mesh, leading=1)                      # [A, 2B, T]: rows over data × fsdp
         self.pair_batch_sh = {k: rows for k in ("inputs", "targets", "positions", "segment_ids", "loss_mask", "window")}
@@ -128,16 +154,22 @@ class DPOTrainer(Trainer):
         return self._logps_of(nnx.merge(self.graphdef, params), None, b, True)    # no gradient is taken
 
     def put_batch(self, batch: dict, global_batch: int | None = None) -> dict:
-        "Host [A·2B, …] pair batch (chosen then rejected per micro-batch; every process: the whole batch) → [A, 2B, …]."
-        b = dict(with_window(batch))
-        if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]), np.float32)
+        """Host pair batch (every process: the whole batch) → [A, 2B, …] rows ([A, B, …] shared) and `ref_logps` [A, 2B],
+        chosen then rejected per micro-batch. An iterator's batch (it has `pair_index`) lists all chosen first: regrouped."""
+        b = dict(with_window(batch, self.window_width))
+        if "ref_logps" not in b: b["ref_logps"] = np.zeros(len(b["inputs"]) * (2 if self.share else 1), np.float32)
+        A = self.cfg.gradient_accumulation_steps
+        if A > 1 and "pair_index" in b:                   # [c(A·B), r(A·B)] → [c(B) r(B)] per micro-batch
+            regroup = lambda x: x.reshape(2, A, -1, *x.shape[1:]).swapaxes(0, 1).reshape(x.shape)
+            keys = ["ref_logps"] + ([] if self.share else [k for k in self.pair_batch_sh if k != "ref_logps"])
+            b.update({k: regroup(np.asarray(b[k])) for k in keys})
         return super().put_batch(b, global_batch)
 
 # %% ../nbs/13c_dpo.ipynb #50c56860
 @patch
 def _logps_of(self: DPOTrainer, model, lora, b, head_frozen: bool):
-    """(Σ log π over each row's masked tokens [R], masked tokens per row [R]); the head runs on `window` only,
-    in logit tiles when it gets no gradient (LoRA, and the reference)."""
+    """(Σ log π over each row's masked tokens [R], masked tokens per row [R]; shared rows: [2R], chosen then
+    rejected); the head runs on `window` only, in logit tiles when it gets no gradient (LoRA, and the reference)."""
     h, _ = model(b["inputs"], b["positions"], b["segment_ids"], return_hidden=True, lora=lora)
     w = b["window"]                                        # [R, W] positions holding each row's response
     h = jnp.take_along_axis(h, w[..., None], axis=1)
@@ -149,6 +181,9 @@ def _logps_of(self: DPOTrainer, model, lora, b, head_frozen: bool):
                               self.tiles[0])[0].reshape(R, W)
     else: nll = token_nll(model.logits, h, t, self.cfg.loss_chunk_size)
     m = m.astype(jnp.float32)
+    if self.share:                                      # one row per pair: the branch's segment id names the side
+        side = jnp.take_along_axis(b["segment_ids"], w, axis=1) - PREFIX_GROUP
+        nll, m = jnp.concatenate([nll, nll]), jnp.concatenate([m * (side == 1), m * (side == 2)])
     return -jnp.sum(nll * m, axis=-1), jnp.sum(m, axis=-1)
 
 # %% ../nbs/13c_dpo.ipynb #b6f9934f
@@ -174,7 +209,7 @@ def logps(self: DPOTrainer, batches, params=None, trainable=None) -> dict[int, t
     # params: full weights, no adapters (the reference); else trainable: the state's params (the policy)
     out = {}
     for b in batches:
-        b = with_window(b)
+        b = with_window(b, self.window_width)
         idx = np.asarray(b["pair_index"]); B = len(idx)
         x = {k: jax.device_put(np.asarray(b[k]), self.batch2_sh) for k in self.pair_batch_sh if k != "ref_logps"}
         plain = self._plain_frozen if params is self.frozen else self._plain
@@ -190,7 +225,8 @@ def reference_logps(self: DPOTrainer, pairs, batch_size: int, ref_params=None, s
     "[len(pairs), 2] Σ log π_ref (chosen, rejected): `ref_params`, else the base (LoRA) or `state`'s params."
     if not needs_reference(self.cfg.dpo.algo): return np.zeros((len(pairs), 2), np.float32)
     if ref_params is None: ref_params = self.frozen if self.cfg.use_lora else state["params"]
-    it = PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1)
+    it = PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1,
+                            share_length=self.cfg.share_length)
     got = self.logps(_progress(it, "reference log-probs"), params=ref_params)
     return np.array([got[i][:2] for i in range(len(pairs))], np.float32)
 
@@ -199,7 +235,8 @@ def reference_logps(self: DPOTrainer, pairs, batch_size: int, ref_params=None, s
 def evaluate(self: DPOTrainer, state: dict, pairs, batch_size: int, ref: np.ndarray) -> dict:
     "Held-out metrics: the mean loss, TRL's rewards/*, and the preference accuracy with a 95% Wilson interval."
     d = self.cfg.dpo
-    got = self.logps(PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1, ref_logps=ref),
+    got = self.logps(PreferenceIterator(pairs, batch_size, self.cfg.max_target_length, num_epochs=1,
+                            share_length=self.cfg.share_length, ref_logps=ref),
                      trainable=state["params"])
     a = np.array([got[i] for i in range(len(pairs))])            # [N, 4]
     loss, rc, rr = preference_loss(d.algo, a[:, 0], a[:, 1], ref[:, 0], ref[:, 1], a[:, 2], a[:, 3], beta=d.dpo_beta,
@@ -252,6 +289,7 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         except ValueError as e:
             raise ConfigError(f"{where}: {e}", key=ckey) from None
         print(f"{split}: loaded {report.n_examples} pairs, {report.n_target_tokens} response tokens; {report}", file=sys.stderr)
+    if cfg.dpo.max_response_length > 0: pairs = [cut_response(p, cfg.dpo.max_response_length) for p in pairs]
     if not pairs: raise ValueError(f"no {split} preference pairs")
     top = max(int(max(p.chosen.ids.max(), p.rejected.ids.max())) for p in pairs)
     if top >= mcfg.vocab_size: raise ValueError(f"token id {top} is outside the model's vocabulary ({mcfg.vocab_size})")
@@ -296,7 +334,8 @@ def train(cfg: DPOConfig) -> dict:
     ref_eval = trainer.reference_logps(eval_pairs, B, ref_params, state0) if eval_pairs else None
     del ref_params
     # every process iterates over the same global batches of pairs (`DPOTrainer.put_batch`)
-    it = PreferenceIterator(train_pairs, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, ref_logps=ref_train)
+    it = PreferenceIterator(train_pairs, A * B, cfg.max_target_length, seed=cfg.data_shuffle_seed, ref_logps=ref_train,
+                            share_length=cfg.share_length)
 
     def eval_fn(state, step):
         r = trainer.evaluate(state, eval_pairs, B, ref_eval)
@@ -319,4 +358,3 @@ def train(cfg: DPOConfig) -> dict:
             "eval_preference_accuracy_initial": acc(first), "eval_rewards/accuracies": last.get("eval_rewards/accuracies"),
             "train_pairs": len(train_pairs), "eval_pairs": len(eval_pairs) if eval_pairs else 0,
             "tokens_per_s": s["tokens_per_s"], "peak_rss_gib": s["peak_rss_gib"], "model_dir": s["model_dir"]}
-

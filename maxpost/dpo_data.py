@@ -16,12 +16,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, fingerprint, iter_rows, collate,
+from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, fingerprint, iter_rows, collate, BATCH_KEYS,
                           format_answer, tokenize_sft)
 
 # %% auto #0
 __all__ = ['GSM8K_PAIR_TEMPLATE', 'preference_columns', 'split_prompt', 'preference_row', 'PreferencePair',
-           'tokenize_preferences', 'PreferenceIterator', 'synthetic_pairs', 'model_identity', 'gsm8k_pairs']
+           'tokenize_preferences', 'PreferenceIterator', 'synthetic_pairs', 'cut_response', 'shared_prefix',
+           'shared_slots', 'collate_shared', 'model_identity', 'gsm8k_pairs']
 
 # %% ../nbs/13b_preference_data.ipynb #0470b0bf
 def preference_columns(columns: Sequence[str], train_data_columns: Sequence[str] | None = None) -> tuple[str | None, str, str]:
@@ -128,23 +129,33 @@ def tokenize_preferences(rows, tokenizer, max_target_length: int, train_data_col
 
 # %% ../nbs/13b_preference_data.ipynb #eb91536d
 class PreferenceIterator(SFTDataIterator):
-    "Deterministic, resumable [2B, T] batches of pairs: B chosen rows then their B rejected rows, one example per row."
+    """Deterministic, resumable batches of pairs: [2B, T], B chosen rows then their B rejected rows, one example per
+    row; or, with `share_length` L > 0, [B, L], one `collate_shared` row per pair. `ref_logps` [2B] either way."""
     def __init__(self, pairs: Sequence[PreferencePair], batch_size: int, max_target_length: int, seed: int = 0,
-                 num_epochs: int | None = None, ref_logps: np.ndarray | None = None):
+                 num_epochs: int | None = None, ref_logps: np.ndarray | None = None, share_length: int = 0):
         # ref_logps: [len(pairs), 2] summed reference log-probs (chosen, rejected), or None
         super().__init__([p.chosen for p in pairs], batch_size, max_target_length, seed, pack=False, num_epochs=num_epochs)
         self.rejected = [p.rejected for p in pairs]
         if max(e.n_slots for e in self.rejected) > self.T:
             raise ValueError(f"a rejected response fills more than max_target_length={self.T} slots")
+        self.share_length = share_length
+        need = max(shared_slots(p) for p in pairs) if share_length else 0
+        if need > share_length:
+            raise ValueError(f"a pair needs {need} slots in one shared row, more than {share_length} "
+                             f"(max_target_length + dpo.max_response_length)")
         self.fingerprint = fingerprint(self.examples + self.rejected)
         self.ref_logps = ref_logps
 
     def __next__(self):
         if self.num_epochs is not None and self.epoch >= self.num_epochs: raise StopIteration
         bins = self.epoch_bins(self.epoch)[self.position * self.B:(self.position + 1) * self.B]
-        c, r = collate(self.examples, bins, self.T, self.B), collate(self.rejected, bins, self.T, self.B)
-        batch = {k: np.concatenate([c[k], r[k]]) for k in c}
         idx = np.full(self.B, -1, np.int32); idx[:len(bins)] = [b[0] for b in bins]
+        if self.share_length:
+            batch = collate_shared([PreferencePair(self.examples[i], self.rejected[i], -1) for i in idx[:len(bins)]],
+                                   self.share_length, self.B)
+        else:
+            c, r = collate(self.examples, bins, self.T, self.B), collate(self.rejected, bins, self.T, self.B)
+            batch = {k: np.concatenate([c[k], r[k]]) for k in c}
         batch["pair_index"] = idx
         if self.ref_logps is not None:
             ref = np.where(idx[:, None] >= 0, self.ref_logps[np.maximum(idx, 0)], 0.0).astype(np.float32)
@@ -165,6 +176,46 @@ def synthetic_pairs(n: int, vocab_size: int, seed: int = 0) -> list[PreferencePa
         chosen, rejected = np.where(keep, even, e.ids), np.where(keep, even + 1, e.ids)
         out.append(PreferencePair(SFTExample(chosen.astype(np.int32), e.mask, e.row),
                                   SFTExample(rejected.astype(np.int32), e.mask, e.row), e.row))
+    return out
+
+# %% ../nbs/13b_preference_data.ipynb #62261759
+def cut_response(p: PreferencePair, keep: int) -> PreferencePair:
+    "`p` with each response (its ids from the first masked one) cut to its first `keep` tokens."
+    def cut(e: SFTExample) -> SFTExample:
+        q = int(np.flatnonzero(e.mask)[0])
+        return e if len(e.ids) - q <= keep else SFTExample(e.ids[:q + keep], e.mask[:q + keep], e.row)
+    return PreferencePair(cut(p.chosen), cut(p.rejected), p.row)
+
+# %% ../nbs/13b_preference_data.ipynb #f3380772
+def shared_prefix(p: PreferencePair) -> int:
+    """K, the slots of pair `p` that its two sides share: the S ids both begin with, counted no further than the first
+    response token of either, less the last of them (its slot starts each branch); 0 when S ≤ 1."""
+    c, r = p.chosen, p.rejected
+    stop = min(int(np.flatnonzero(c.mask)[0]), int(np.flatnonzero(r.mask)[0]))
+    eq = c.ids[:stop] == r.ids[:stop]
+    S = stop if eq.all() else int(np.argmin(eq))
+    return max(S - 1, 0)
+
+def shared_slots(p: PreferencePair) -> int:
+    "Slots of pair `p` in one shared row: K prefix slots, then each side's slots after them."
+    K = shared_prefix(p)
+    return K + (p.chosen.n_slots - K) + (p.rejected.n_slots - K)
+
+# %% ../nbs/13b_preference_data.ipynb #65fb18ef
+def collate_shared(pairs: Sequence[PreferencePair], L: int, B: int) -> dict[str, np.ndarray]:
+    """[B, L] batch of the contract, row b holding pair b (rows past `len(pairs)` empty): the shared prefix (segment id
+    `PREFIX_GROUP`), the chosen branch (+1), the rejected branch (+2), positions continuing from the prefix."""
+    from maxpost.model import PREFIX_GROUP
+    out = {k: np.zeros((B, L), np.float32 if k == "loss_mask" else np.int32) for k in BATCH_KEYS}
+    for row, p in enumerate(pairs):
+        K, off = shared_prefix(p), 0
+        for n, e, lo, hi in ((0, p.chosen, 0, K), (1, p.chosen, K, p.chosen.n_slots), (2, p.rejected, K, p.rejected.n_slots)):
+            if off + hi - lo > L: raise ValueError(f"pair {p.row} needs {shared_slots(p)} slots > {L}")
+            sl = slice(off, off + hi - lo)
+            out["inputs"][row, sl] = e.ids[lo:hi]; out["targets"][row, sl] = e.ids[lo + 1:hi + 1]
+            out["loss_mask"][row, sl] = e.mask[lo + 1:hi + 1]; out["positions"][row, sl] = np.arange(lo, hi)
+            out["segment_ids"][row, sl] = PREFIX_GROUP + n
+            off += hi - lo
     return out
 
 # %% ../nbs/13b_preference_data.ipynb #887fc47e

@@ -14,12 +14,17 @@ def _cmd(*args) -> list[str]:
 
 def _run(args, env, timeout=600) -> dict: return run_json(_cmd(*args), env, timeout)
 
-def test_tiny_dpo_learns_and_resumes_exactly_after_sigkill(tmp_path):
+SHARED = ["model_name=tiny-llama", "dpo.share_prompt=true", "dpo.max_response_length=24"]   # one row per pair
+
+@pytest.mark.parametrize("layout", [[], SHARED], ids=["two_rows", "shared_prompt"])
+def test_tiny_dpo_learns_and_resumes_exactly_after_sigkill(tmp_path, layout):
     """LoRA DPO on the synthetic preference (even over odd token ids, maxpost.dpo_data.synthetic_pairs): the held-out
     preference accuracy after 30 steps is above the 95% interval of the untrained model's; a run killed with SIGKILL
-    after its checkpoint at step 10, then restarted with the same command, logs the same 30 losses and metrics."""
+    after its checkpoint at step 10, then restarted with the same command, logs the same 30 losses and metrics. Both
+    layouts: two rows per pair (tiny-gemma3), and one shared row per pair (`dpo.share_prompt`, tiny-llama: no
+    sliding window)."""
     env = _env(tmp_path)
-    common = TINY + ["steps=30", "checkpoint_period=10", "eval_interval=30", "use_lora=true", "lora_rank=4",
+    common = TINY + layout + ["steps=30", "checkpoint_period=10", "eval_interval=30", "use_lora=true", "lora_rank=4",
                      f"base_output_directory={tmp_path}"]
     ref = _run(common + ["run_name=ref"], env)
     first, last = ref["eval_preference_accuracy_initial"], ref["eval_preference_accuracy"]
@@ -60,6 +65,8 @@ def test_bad_input_stops_before_compute(tmp_path, hf_smol, capsys):
     assert "'dpo.algo'" in _error(capsys, TINY + out + ["dpo.algo=kto"])
     assert "'dpo.dpo_beta'" in _error(capsys, TINY + out + ["dpo_beta=0"])
     assert "'dpo.dpo_beta'" in _error(capsys, TINY + out + ["dpo.dpo_beta=-0.1"])
+    assert "'dpo.max_response_length'" in _error(capsys, TINY + out + ["dpo.share_prompt=true"])
+    assert "dpo.share_prompt=true: a shared row of 40 slots" in _error(capsys, TINY + out + ["dpo.share_prompt=true", "dpo.max_response_length=8"])   # sliding window 4
     for algo in ("orpo", "simpo"):
         assert "uses no reference model" in _error(capsys, TINY + out + [f"dpo.algo={algo}", f"dpo.reference_model_path={hf_smol}"])
     assert "gemma3-270m" in _error(capsys, ["model_name=gemma3-270m", f"load_parameters_path={hf_smol}", *out])

@@ -1,8 +1,8 @@
 """Every trainer, the native engine, the evaluation and the vLLM weight sync on a single host's mesh: one process with
-4 virtual CPU devices runs one optimizer step of `maxpost.sft.train`, `maxpost.dpo.train` and `maxpost.rl.train`
-(the CLIs' configs, in process) on one device (chips_per_vm=1), on fsdp=4 and on fsdp=2 × tensor=2, and generates
-from weights placed on those meshes. The tests compare the first step's loss and gradient norm, and the engine's
-tokens and log-probs, with the one-device run.
+4 virtual CPU devices runs one optimizer step of `maxpost.sft.train`, `maxpost.dpo.train` (two rows per pair, and
+one shared row with `dpo.share_prompt`) and `maxpost.rl.train` (the CLIs' configs, in process) on one device
+(chips_per_vm=1), on fsdp=4 and on fsdp=2 × tensor=2, and generates from weights placed on those meshes. The tests
+compare the first step's loss and gradient norm, and the engine's tokens and log-probs, with the one-device run.
 
 Tolerance: the runs differ only in the order in which float32 sums are taken (rows split over fsdp; heads, MLP and
 vocabulary columns over tensor; then all-reduced). A sum of n terms of total size S rounds to about sqrt(n)·u·S
@@ -50,6 +50,10 @@ TRAINERS = {
     "dpo_lora_ref": (DPOConfig, maxpost.train_dpo, dpo_train,
                      ["per_device_batch_size={b4}", "num_train_rows=16", "eval_interval=0", "use_lora=true",
                       "lora_rank=4", f"dpo.reference_model_path={ref_ckpt}"], ("loss", "grad_norm", "rewards/margins")),
+    "dpo_share": (DPOConfig, maxpost.train_dpo, dpo_train,     # one row per pair (tiny-llama: no sliding window)
+                  ["model_name=tiny-llama", "per_device_batch_size={b4}", "num_train_rows=16", "eval_interval=0",
+                   "use_lora=true", "lora_rank=4", "dpo.share_prompt=true", "dpo.max_response_length=24"],
+                  ("loss", "grad_norm", "rewards/margins")),
     "rl_grpo_lora": (RLConfig, maxpost.train_rl, rl_train,
                      ["batch_size=4", "num_generations=4", "use_lora=true", "lora_rank=4", "eval_before_after=false",
                       "log_completions=16"], ("loss", "grad_norm", "kl", "reward_mean", "pg_loss")),
@@ -182,6 +186,12 @@ def test_dpo_one_step_on_fsdp_and_tensor_meshes(results):
     assert abs(one["loss"] - 0.6931472) < 1e-5 and one["grad_norm"] > 0     # policy = reference at step 1
     one = _check_trainer(results, "dpo_lora_ref", ("loss", "grad_norm", "rewards/margins"))
     assert abs(one["loss"] - 0.6931472) > 1e-2, one                        # the reference is another model
+
+def test_dpo_shared_prompt_one_step_on_fsdp_and_tensor_meshes(results):
+    """`dpo.share_prompt` (one row per pair, prefix-group segment ids) with LoRA on tiny-llama: the first step on fsdp=4
+    and on fsdp=2 × tensor=2 is the one-device step (policy = reference at step 1: the loss is log 2)."""
+    one = _check_trainer(results, "dpo_share", ("loss", "grad_norm", "rewards/margins"))
+    assert abs(one["loss"] - 0.6931472) < 1e-5 and one["grad_norm"] > 0, one
 
 def test_rl_grpo_one_step_on_fsdp_and_tensor_meshes(results):
     """GRPO with LoRA (rollouts by the native engine from the merged, sharded weights; KL to the base): the same
