@@ -11,7 +11,14 @@ its own pass/fail; only the waiting overlaps. Since the processes overlap, a not
 its cost; the terminal summary lists each one's CPU seconds too (its own and its subprocesses'). Much of a notebook's time is spent in one thread (XLA's compiles,
 Python between small programs), so two at a time use a 2-core machine's second core. `MAXPOST_NB_JOBS=1` runs them
 one after another, as before. No notebook's test asserts a wall time, apart from 07c's one-second bound on a regex
-that must not backtrack (its normal time is milliseconds)."""
+that must not backtrack (its normal time is milliseconds).
+
+The notebooks' processes compile with XLA's CPU backend at optimization level 0 (LLVM's, `MAXPOST_NB_XLA_OPT`,
+default "0"; empty: the compiler's default, level 2). Most of a notebook's CPU time is compiling small programs that
+then run for milliseconds; at level 0 the 64 notebooks took 1,561 CPU seconds, against 1,887 in session 21's
+clean-clone run at level 2 (not side by side; benchmarks/RESULTS.md, session 22). Only the backend's code generation
+is less optimized; float32 results can differ in the last bits, so the two notebook checks that compare two programs
+in float32 (06c, 09b) state bounds that hold at both levels."""
 import atexit, os, resource, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 import pytest
@@ -25,6 +32,7 @@ RUN = ("import sys; from nbdev.test import test_nb; "
        "ok, _ = test_nb(sys.argv[1], skip_flags=['slow', 'gpu'], force_flags=['slow'], cell_timeout=1800); "
        "sys.exit(0 if ok else 1)")
 JOBS = max(1, int(os.environ.get("MAXPOST_NB_JOBS", "2")))
+OPT = os.environ.get("MAXPOST_NB_XLA_OPT", "0")
 TIMEOUT = 3600
 _procs: dict = {}          # notebook path → (Popen, stderr file, start time, its TMPDIR, removed when it ends)
 SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
@@ -38,6 +46,7 @@ def _start(nb: Path):
     if nb not in _procs:
         err, tmp = tempfile.TemporaryFile(), private_tmp(nb.stem)
         env = dict(os.environ, TMPDIR=str(tmp))
+        if OPT: env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_backend_optimization_level={OPT}".strip()
         _procs[nb] = (subprocess.Popen([sys.executable, "-c", RUN, str(nb)], stdout=subprocess.DEVNULL, stderr=err,
                                        env=env), err, time.perf_counter(), tmp)
 
