@@ -280,7 +280,8 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
                  tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
     w = scan_decode_weights(model) if scan else decode_weights(model, fuse=layout is None or layout.mesh.shape["tensor"] == 1)
-    step_fn = (partial(scan_decode_step, blocks=decode_blocks(N), attention=decode_attention_impl(attention, layout is not None))
+    sharded = layout is not None and layout.mesh.size > 1                          # `auto` attention: one device only
+    step_fn = (partial(scan_decode_step, blocks=decode_blocks(N), attention=decode_attention_impl(attention, sharded))
                if scan else decode_step)
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
