@@ -18,7 +18,7 @@ the bytes the HBM bound charges a step (weights + the KV cache read) and the tim
 Records: OUT/decode_profile.jsonl (one JSON line per row count), OUT/decode_profile.log.
 """
 from __future__ import annotations
-import argparse, collections, glob, json, os, re, sys, tempfile, time
+import argparse, collections, glob, json, os, re, shutil, sys, tempfile, time
 from pathlib import Path
 
 DUMP = tempfile.mkdtemp(prefix="decode_hlo_")
@@ -86,7 +86,8 @@ def profile_rows(b, rows: int, prompt: int, new: int, log, attention: str = "aut
     from maxpost.engine import SamplingParams
     from maxpost.generate import NativeEngine
     m = b["mcfg"]
-    for f in glob.glob(f"{DUMP}/*"): os.remove(f)    # this program's HLO only (every variant's module has one name)
+    for f in glob.glob(f"{DUMP}/*"):                 # this program's HLO only (every variant's module has one name)
+        shutil.rmtree(f) if os.path.isdir(f) else os.remove(f)
     eng = NativeEngine(empty_decoder(m, jnp.bfloat16, jnp.bfloat16), None, max_batch=rows, max_prefill=prompt,
                        max_len=prompt + new, stop_token_ids=(), decode=decode, decode_attention=attention)
     eng.sync_weights({k: jnp.asarray(v) for k, v in b["base"].items()})
