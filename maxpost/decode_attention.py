@@ -6,7 +6,7 @@ Docs: https://maxpost.github.io/maxpost/decode_attention.html.md"""
 
 # %% ../nbs/06f_decode_attention.ipynb #d74b82df
 from __future__ import annotations
-from functools import partial
+from functools import partial, reduce
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -44,30 +44,31 @@ def block_indices(i, p0, o0, step, *, bt: int, bn: int, Tb: int):
     return pb, ob
 
 # %% ../nbs/06f_decode_attention.ipynb #1758f3c8
-def online_update(m_ref, l_ref, acc_ref, s, visible, v):
+def online_update(m, l, acc, s, visible, v):
     """One block of the online softmax: scores s [M, n] (float32; only where `visible`), values v [n, hd]; running
-    max m_ref, sum l_ref [M, 128] (lane-replicated) and output acc_ref [M, hd], float32. A fully masked row keeps
-    its state (m = -inf is read as 0 so no NaN appears)."""
+    max m and sum l [M, 1], output acc [M, hd], float32. Returns the new (m, l, acc). A row with nothing visible so far
+    keeps m = -inf, l = 0, acc = 0 (m = -inf is read as 0, so no NaN appears)."""
     s = jnp.where(visible, s, -jnp.inf)
-    m_prev, l_prev = m_ref[:, :1], l_ref[:, :1]
-    m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
+    m_new = jnp.maximum(m, s.max(axis=1, keepdims=True))
     m_hat = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    p, alpha = jnp.exp(s - m_hat), jnp.exp(m_prev - m_hat)
-    l_ref[...] = jnp.broadcast_to(alpha * l_prev + p.sum(axis=1, keepdims=True), l_ref.shape)
-    m_ref[...] = jnp.broadcast_to(m_new, m_ref.shape)
-    acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    p, alpha = jnp.exp(s - m_hat), jnp.exp(m - m_hat)
+    acc = alpha * acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return m_new, alpha * l + p.sum(axis=1, keepdims=True), acc
 
 # %% ../nbs/06f_decode_attention.ipynb #1a05f710
 def decode_attention_kernel(meta, starts, q_ref, pk_ref, pv_ref, ok_ref, ov_ref, o_ref, m_ref, l_ref, acc_ref, *,
-                            R: int, G: int, T: int, bt: int, bn: int, Tb: int, scale: float, cap: float | None):
-    """One (prompt, kv head, key block) instance: q [M = R·G, hd]; prompt keys/values [bt, hd]; own keys/values
-    [R, bn, hd]; output [M, hd]; scratch m, l [M, 128], acc [M, hd] float32."""
-    u, i, step = pl.program_id(0), pl.program_id(2), meta[1]
-    p0, o0 = first_visible(starts[u], T, step, meta[2])
-    M = R * G
-    def scores(k):
-        s = jax.lax.dot_general(q_ref[...], k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
+                            P: int, R: int, G: int, T: int, bt: int, bn: int, Tb: int, scale: float, cap: float | None):
+    """One (P prompts, kv head, key block) instance: q [P, M = R·G, hd]; prompt keys/values [P, bt, hd]; own
+    keys/values [P·R, bn, hd]; output [P, M, hd]; scratch m, l [P, M, 128], acc [P, M, hd] float32."""
+    c, i, step, M = pl.program_id(0), pl.program_id(2), meta[1], R * G
+    o, o0 = i - Tb, first_visible(0, T, step, meta[2])[1]
+    def scores(q, k):
+        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
         return s if cap is None else jnp.tanh(s / cap) * cap
+    def update(p, parts):                            # parts: (scores, visible, values) of prompt p's rows
+        st = (m_ref[p][:, :1], l_ref[p][:, :1], acc_ref[p])
+        for s, vis, v in parts: st = online_update(*st, s, vis, v)
+        m_ref[p], l_ref[p], acc_ref[p] = jnp.broadcast_to(st[0], (M, 128)), jnp.broadcast_to(st[1], (M, 128)), st[2]
 
     @pl.when(i == 0)
     def _init():
@@ -75,52 +76,55 @@ def decode_attention_kernel(meta, starts, q_ref, pk_ref, pv_ref, ok_ref, ov_ref,
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when((i < Tb) & (i >= jax.lax.div(p0, bt)))
-    def _prompt():                                   # all M rows share the prompt's block
-        t = i * bt + jax.lax.broadcasted_iota(jnp.int32, (M, bt), 1)
-        online_update(m_ref, l_ref, acc_ref, scores(pk_ref[...]), t >= p0, pv_ref[...])
+    for p in range(P):                               # the prompt's block: all M rows of prompt p share it
+        p0 = first_visible(starts[c * P + p], T, step, meta[2])[0]
+        @pl.when((i < Tb) & (i >= jax.lax.div(p0, bt)))
+        def _prompt():
+            t = i * bt + jax.lax.broadcasted_iota(jnp.int32, (M, bt), 1)
+            update(p, [(scores(q_ref[p], pk_ref[p]), t >= p0, pv_ref[p])])
 
-    o = i - Tb
     @pl.when((i >= Tb) & (o >= jax.lax.div(o0, bn)) & (o <= jax.lax.div(step, bn)))
-    def _own():                                      # sample r's keys, for its G rows only
+    def _own():                                      # sample r's own keys, for its G rows only
         row = jax.lax.broadcasted_iota(jnp.int32, (M, bn), 0)
         n = o * bn + jax.lax.broadcasted_iota(jnp.int32, (M, bn), 1)
         seen = (n >= o0) & (n <= step)
-        for r in range(R):
-            online_update(m_ref, l_ref, acc_ref, scores(ok_ref[r]), seen & (row >= r * G) & (row < r * G + G), ov_ref[r])
+        for p in range(P):
+            update(p, [(scores(q_ref[p], ok_ref[p * R + r]), seen & (row >= r * G) & (row < r * G + G), ov_ref[p * R + r])
+                       for r in range(R)])
 
     @pl.when(i == pl.num_programs(2) - 1)
     def _out():
-        o_ref[...] = (acc_ref[...] / l_ref[:, :1]).astype(o_ref.dtype)
+        o_ref[...] = (acc_ref[...] / l_ref[:, :, :1]).astype(o_ref.dtype)
 
 # %% ../nbs/06f_decode_attention.ipynb #7e8442e0
 def decode_attention(q, prefix, own, starts, layer, step, window, *, scale: float, cap: float | None = None,
-                     block_t: int = 128, block_n: int = 128, interpret: bool = False):
+                     block_t: int = 128, block_n: int = 128, block_rows: int = 16, interpret: bool = False):
     """Attention of one query token per row at layer `layer` over the prompts' and the rows' own caches (module
     docs). q [B, K, G, hd]; prefix (keys, values) [L, U, K, T, hd] (row b belongs to prompt b // R, R = B / U);
     own (keys, values) [L, B, K, N, hd], this token already in slot `step`; starts [U]: each prompt's first real
     slot; layer, step, window: ints or traced scalars (`NO_WINDOW`: a global layer); scale, cap: the scores'
-    scale and soft-cap. Blocks of `decode_block(T, block_t)` and `decode_block(N, block_n)` slots;
-    `interpret`: run in Pallas' interpreter (any backend). Returns [B, K, G, hd] in q's dtype."""
+    scale and soft-cap. Blocks of `decode_block(T, block_t)` and `decode_block(N, block_n)` slots, and of P prompts
+    (the largest divisor of U with P·R <= block_rows, at least 1); `interpret`: run in Pallas' interpreter (any
+    backend). Returns [B, K, G, hd] in q's dtype."""
     B, K, G, hd = q.shape
     U, T, N = prefix[0].shape[1], prefix[0].shape[3], own[0].shape[3]
     R, M = B // U, B // U * G
     bt, bn = decode_block(T, block_t), decode_block(N, block_n)
-    Tb, Nb = T // bt, N // bn
+    Tb, Nb, P = T // bt, N // bn, max(p for p in range(1, U + 1) if U % p == 0 and (p == 1 or p * R <= block_rows))
     meta = jnp.stack([jnp.asarray(x, jnp.int32) for x in (layer, step, window)])
-    def idx(u, i, meta, starts):
-        p0, o0 = first_visible(starts[u], T, meta[1], meta[2])
-        return block_indices(i, p0, o0, meta[1], bt=bt, bn=bn, Tb=Tb)
+    def idx(c, i, meta, starts):                     # from the group's smallest p0
+        p0 = first_visible(reduce(jnp.minimum, [starts[c * P + p] for p in range(P)]), T, meta[1], meta[2])[0]
+        return block_indices(i, p0, first_visible(0, T, meta[1], meta[2])[1], meta[1], bt=bt, bn=bn, Tb=Tb)
     sq = pl.Squeezed()
-    rows = pl.BlockSpec((sq, sq, M, hd), lambda u, k, i, *_: (u, k, 0, 0))
-    pspec = pl.BlockSpec((sq, sq, sq, bt, hd), lambda u, k, i, meta, st: (meta[0], u, k, idx(u, i, meta, st)[0], 0))
-    ospec = pl.BlockSpec((sq, R, sq, bn, hd), lambda u, k, i, meta, st: (meta[0], u, k, idx(u, i, meta, st)[1], 0))
+    rows = pl.BlockSpec((P, sq, M, hd), lambda c, k, i, *_: (c, k, 0, 0))
+    pspec = pl.BlockSpec((sq, P, sq, bt, hd), lambda c, k, i, meta, st: (meta[0], c, k, idx(c, i, meta, st)[0], 0))
+    ospec = pl.BlockSpec((sq, P * R, sq, bn, hd), lambda c, k, i, meta, st: (meta[0], c, k, idx(c, i, meta, st)[1], 0))
     out = pl.pallas_call(
-        partial(decode_attention_kernel, R=R, G=G, T=T, bt=bt, bn=bn, Tb=Tb, scale=scale, cap=cap),
+        partial(decode_attention_kernel, P=P, R=R, G=G, T=T, bt=bt, bn=bn, Tb=Tb, scale=scale, cap=cap),
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=2, grid=(U, K, Tb + Nb), in_specs=[rows, pspec, pspec, ospec, ospec], out_specs=rows,
-            scratch_shapes=[pltpu.VMEM((M, 128), jnp.float32), pltpu.VMEM((M, 128), jnp.float32),
-                            pltpu.VMEM((M, hd), jnp.float32)]),
+            num_scalar_prefetch=2, grid=(U // P, K, Tb + Nb), in_specs=[rows, pspec, pspec, ospec, ospec],
+            out_specs=rows, scratch_shapes=[pltpu.VMEM((P, M, 128), jnp.float32), pltpu.VMEM((P, M, 128), jnp.float32),
+                                            pltpu.VMEM((P, M, hd), jnp.float32)]),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
         out_shape=jax.ShapeDtypeStruct((U, K, M, hd), q.dtype), interpret=interpret,
     )(meta, starts.astype(jnp.int32), q.reshape(U, R, K, G, hd).swapaxes(1, 2).reshape(U, K, M, hd), *prefix, *own)
