@@ -18,9 +18,7 @@ from .model import tpu_lowering
 __all__ = ['NO_WINDOW', 'DECODE_ATTENTION', 'decode_block', 'first_visible', 'block_indices', 'online_update',
            'decode_attention_kernel', 'decode_attention', 'decode_attention_impl', 'pallas_cached_attention']
 
-# %% ../nbs/06f_decode_attention.ipynb #b37eb93c
-NO_WINDOW = 2 ** 30          # the window of a global layer: wider than any sequence
-
+# %% ../nbs/06f_decode_attention.ipynb #4f84aae2
 def decode_block(n: int, want: int = 128) -> int:
     """Block size for an axis of n slots: the largest multiple of 8 that divides n and is at most `want`; n itself
     (one block, the whole axis) where there is none."""
@@ -28,12 +26,15 @@ def decode_block(n: int, want: int = 128) -> int:
         if n % b == 0: return b
     return n
 
-# %% ../nbs/06f_decode_attention.ipynb #ee9ba60c
+# %% ../nbs/06f_decode_attention.ipynb #9252fc0d
+NO_WINDOW = 2 ** 30          # the window of a global layer: wider than any sequence
+
 def first_visible(start, T: int, step, window):
     """(p0, o0): the first prompt slot and the first own slot a token at decode step `step` sees, for a prompt whose
     real tokens start at slot `start` of T and a layer of window `window` (`NO_WINDOW`: global). Ints or traced."""
     return jnp.maximum(start, T + step - window + 1), jnp.maximum(0, step - window + 1)
 
+# %% ../nbs/06f_decode_attention.ipynb #10688e0d
 def block_indices(i, p0, o0, step, *, bt: int, bn: int, Tb: int):
     """The (prompt block, own block) grid step i reads: i < Tb visits the prompt's blocks, i >= Tb the own cache's;
     each index is clamped to the blocks holding visible slots (prompt blocks from p0's to the last, own blocks from
