@@ -134,13 +134,14 @@ def decode_attention(q, prefix, own, starts, layer, step, window, *, scale: floa
 # %% ../nbs/06f_decode_attention.ipynb #b16abcd7
 DECODE_ATTENTION = ("auto", "xla", "pallas", "interpret")
 
-def decode_attention_impl(name: str = "auto", sharded: bool = False) -> str:
+def decode_attention_impl(name: str = "auto", layout=None) -> str:
     """The scanned decode's attention for `NativeEngine(decode_attention=name)`: 'xla', 'pallas' or 'interpret'
-    ('auto': 'pallas' where the program is lowered for a TPU and not `sharded` over a mesh, else 'xla')."""
+    ('auto': 'pallas' where the program is lowered for a TPU and its `layout`, a `maxpost.sampler_mesh.DecodeLayout`
+    or None, spans one device at most, else 'xla')."""
     if name not in DECODE_ATTENTION:
         raise ValueError(f"decode_attention={name!r}: the native engine's decode attention is one of {', '.join(DECODE_ATTENTION)}")
     if name != "auto": return name
-    return "pallas" if tpu_lowering() and not sharded else "xla"
+    return "pallas" if tpu_lowering() and (layout is None or layout.mesh.size == 1) else "xla"
 
 # %% ../nbs/06f_decode_attention.ipynb #24388a24
 def pallas_cached_attention(cfg, prefix, cache, layer, starts, window, step, interpret: bool = False):

@@ -280,14 +280,12 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
                  tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
     w = scan_decode_weights(model) if scan else decode_weights(model, fuse=layout is None or layout.mesh.shape["tensor"] == 1)
-    sharded = layout is not None and layout.mesh.size > 1                          # `auto` attention: one device only
-    step_fn = (partial(scan_decode_step, blocks=decode_blocks(N), attention=decode_attention_impl(attention, sharded))
+    step_fn = (partial(scan_decode_step, blocks=decode_blocks(N), attention=decode_attention_impl(attention, layout))
                if scan else decode_step)
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
     pick = lambda lg, s: sample_tokens(lg, keys, s, temperature, top_k, top_p, with_sampling_logprobs, scan)  # scan: [V, B]
-
     tok, lp, lq = pick(logits.T if scan else logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
     c = dict(step=jnp.int32(1), tok=tok, pos=jnp.repeat(positions[:, -1] + 1, R), cache=cache,
@@ -295,9 +293,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
              out_tok=jnp.zeros((B, N), jnp.int32).at[:, 0].set(jnp.where(real, tok, 0)),
              out_lp=zeros_f.at[:, 0].set(jnp.where(real, lp, 0.0)), out_lq=zeros_f.at[:, 0].set(jnp.where(real, lq, 0.0)))
     c = constrain_state(layout, c, scan)                                           # rows and caches on the mesh
-
     def cond(c): return (c["step"] < max_tokens) & ~jnp.all(c["done"])
-
     def body(c):
         h, cache = step_fn(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
         tok, lp, lq = pick(head_logits_t(model, h) if scan else model.logits(h), c["step"])
