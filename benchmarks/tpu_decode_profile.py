@@ -15,7 +15,9 @@ interpret, side by side in one run): the engine as `benchmarks/tpu.py`'s sampler
 XLA dump of this process (`--xla_dump_to`), so every traced op is matched to its instruction, its `op_name`
 metadata (the JAX source path) and its shape. Per decode step: device time by class, and the 25 costliest ops, with
 the bytes the HBM bound charges a step (weights + the KV cache read) and the time they take at the nominal bandwidth.
-Records: OUT/decode_profile.jsonl (one JSON line per row count), OUT/decode_profile.log.
+Records: OUT/decode_profile.jsonl (one JSON line per row count and attention), OUT/decode_profile.log; with several
+attentions, each record after the first has its draw (the untraced call's tokens and log-probs) compared with the
+first's: `agreement_with_<first>` (the same seed and weights; bfloat16 rounding may flip a token, and then the rest).
 """
 from __future__ import annotations
 import argparse, collections, glob, json, os, re, shutil, sys, tempfile, time
@@ -94,7 +96,8 @@ def profile_rows(b, rows: int, prompt: int, new: int, log, attention: str = "aut
     ids = np.random.default_rng(0).integers(10, m.vocab_size, (rows // samples, prompt)).tolist()
     sp = SamplingParams(temperature=1.0, max_tokens=new, n=samples, seed=0, stop_token_ids=())
     t0 = time.perf_counter(); eng.generate(ids, sp); first = time.perf_counter() - t0
-    eng.generate(ids, dataclasses.replace(sp, seed=2)); plain = dict(eng.stats)
+    out = eng.generate(ids, dataclasses.replace(sp, seed=2)); plain = dict(eng.stats)
+    drawn = [(r.token_ids, np.asarray(r.logprobs, np.float64)) for r in out]   # compared across attentions in main
     d = tempfile.mkdtemp(prefix="decode_trace_")
     t0 = time.perf_counter()
     with jax.profiler.trace(d, create_perfetto_trace=True):
@@ -144,7 +147,17 @@ def profile_rows(b, rows: int, prompt: int, new: int, log, attention: str = "aut
     log(json.dumps(rec))
     del eng
     jax.clear_caches()
+    rec["_drawn"] = drawn
     return rec
+
+
+def agreement(a: list, b: list) -> dict:
+    "Two variants' draws (same prompts, seed): the share of rows with the same tokens, and of same first tokens."
+    same = [x[0] == y[0] for x, y in zip(a, b)]
+    first = [x[0][:1] == y[0][:1] for x, y in zip(a, b)]
+    d = [abs(x[1][0] - y[1][0]) for x, y in zip(a, b) if x[0][:1] == y[0][:1] and len(x[1]) and len(y[1])]
+    return {"rows_same_tokens": round(float(np.mean(same)), 4), "rows_same_first_token": round(float(np.mean(first)), 4),
+            "max_abs_diff_first_logprob": round(float(max(d)), 6) if d else None}
 
 
 def main():
@@ -175,8 +188,14 @@ def main():
     b = {"model": a.model, "mcfg": mcfg, "base": base}
     with open(f"{a.out}/decode_profile.jsonl", "a") as f:
         for r in a.rows:
+            first = None
             for att in atts:
                 rec = profile_rows(b, r, a.prompt, a.new, log, att, a.samples, a.decode)
+                drawn = rec.pop("_drawn")
+                if first is None: first = (att, drawn)
+                else:
+                    rec[f"agreement_with_{first[0]}"] = agreement(first[1], drawn)
+                    log(f"rows {r}, {att} against {first[0]}: {rec[f'agreement_with_{first[0]}']}")
                 f.write(json.dumps(rec) + "\n"); f.flush()
                 top = "\n".join(f"  {o['ms_per_step']:8.4f} ms  {o['class']:<16} {o['shape']:<40} {o['op_name']}" for o in rec["top_ops"][:15])
                 log(f"rows {r} ({a.samples} per prompt), {att} attention: {rec['loop_device_ms_per_step']} ms/step device in "
