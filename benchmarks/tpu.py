@@ -11,7 +11,7 @@ It prints the device kind and the jax / jaxlib / libtpu versions, measures the b
 checking the budget before each part and printing `skipped: budget` for what it cannot start:
 1. SFT LoRA (rank 16 on q, o, gate, up, down) at B × T: maxpost, then Tunix's PeftTrainer on the same weights, batch,
    LoRA A and optimizer; speed ratio and step-1 losses.  2. the native sampler at each row count (prompt + new
-   tokens): tokens/s against the HBM bound.  3. one GRPO step (LoRA) split into rollout, reference log-probs, update,
+   tokens): tokens/s against the HBM bound (`--decode-attention xla,pallas`: each row count with both attentions).  3. one GRPO step (LoRA) split into rollout, reference log-probs, update,
    sync.  4. DPO (LoRA, pairs of prompt + response) against Tunix's DPOTrainer, then maxpost's one-row-per-pair
    layout (`dpo.share_prompt`) against its two-row step (skipped where the model's sliding window is shorter than
    the shared row).  5. full fine-tuning against Tunix.
@@ -140,7 +140,10 @@ def run(a):
     pairs, dp, dr = a.dpo
     if go("sft_lora"): ti.sft_pair(b, "lora", a.B, a.T)
     if go("sampler"):
-        for r in rows_list: b.attempt(f"sampler {r} rows", 60, lambda: ti.sampler(b, r, s_prompt, s_new))
+        for r in rows_list:
+            for att in a.decode_attention.split(","):       # side by side: the same rows with each attention
+                b.attempt(f"sampler {r} rows" + ("" if att == "auto" else f" {att}"), 60,
+                          lambda: ti.sampler(b, r, s_prompt, s_new, att))
     if go("grpo"): b.attempt(f"grpo step {P}x{G}", 120, lambda: ti.grpo_split(b, P, G, Lp, Lc))
     if go("dpo"): ti.dpo_pair(b, pairs, dp, dr)
     if go("sft_full"): ti.sft_pair(b, "full", a.B, a.T)
@@ -172,6 +175,8 @@ def main(argv=None):
     ap.add_argument("--T2", type=int, default=2048, help="the long-sequence SFT LoRA row")
     ap.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up steps")
     ap.add_argument("--sampler", default="64,256:128:256", help="rows,rows,…:prompt tokens:new tokens")
+    ap.add_argument("--decode-attention", default="auto",
+                    help="comma list of the sampler item's NativeEngine(decode_attention=…): auto, xla, pallas, interpret")
     ap.add_argument("--grpo", default="8:8:256:256", help="prompts:generations:prompt tokens:completion tokens")
     ap.add_argument("--dpo", default="2:512:512", help="pairs:prompt tokens:response tokens")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; no part starts that would not fit")
@@ -187,6 +192,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     bad = sorted(set(a.items.split(",")) - set(ITEMS)) if a.items else []
     if bad: ap.error(f"--items: unknown item {bad[0]!r}; known: {', '.join(ITEMS)}")
+    bad = sorted(set(a.decode_attention.split(",")) - {"auto", "xla", "pallas", "interpret"})
+    if bad: ap.error(f"--decode-attention: unknown {bad[0]!r}; one or more of auto, xla, pallas, interpret")
     for key, n in (("sampler", 3), ("grpo", 4), ("dpo", 3)):       # "a:b:…" of positive integers
         parts = getattr(a, key).split(":")
         try:

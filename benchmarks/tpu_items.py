@@ -229,17 +229,18 @@ def hbm_bandwidth(n_bytes: int = 1 << 29, reps: int = 5) -> float:
     return 2 * n_bytes / best
 
 
-def sampler(b, rows: int, prompt: int, new: int) -> dict:
+def sampler(b, rows: int, prompt: int, new: int, attention: str = "auto") -> dict:
     """The native engine's tokens/s (its own stats: generated tokens over the second generate() call's wall time,
-    prefill included) against the HBM bound: each decode step reads every weight once (N · 2 bytes, bf16) plus the KV
-    cache of every row up to its current length, at the chip's nominal bandwidth where known, else the measured one."""
+    prefill included; `NativeEngine(decode_attention=attention)`: auto, xla or pallas) against the HBM bound: each
+    decode step reads every weight once (N · 2 bytes, bf16) plus the KV cache of every row up to its current length,
+    at the chip's nominal bandwidth where known, else the measured one."""
     import jax, jax.numpy as jnp
     from maxpost.checkpoint import empty_decoder
     from maxpost.engine import SamplingParams
     from maxpost.generate import NativeEngine
     m = b.mcfg
     eng = NativeEngine(empty_decoder(m, jnp.bfloat16, jnp.bfloat16), None, max_batch=rows, max_prefill=prompt,
-                       max_len=prompt + new, stop_token_ids=())
+                       max_len=prompt + new, stop_token_ids=(), decode_attention=attention)
     eng.sync_weights({k: jnp.asarray(v) for k, v in b.base.items()})
     ids = np.random.default_rng(0).integers(10, m.vocab_size, (rows, prompt)).tolist()
     sp = SamplingParams(temperature=1.0, max_tokens=new, n=1, seed=0, stop_token_ids=())
@@ -249,7 +250,8 @@ def sampler(b, rows: int, prompt: int, new: int) -> dict:
     step_bytes = m.num_params() * 2 + rows * (prompt + (new - 1) / 2) * kv_tok
     bw, src = b.hbm_bw()
     bound = rows / (step_bytes / bw)
-    rec = {"model": b.model, "rows": rows, "prompt": prompt, "new_tokens": new, "first_call_s": round(first, 2),
+    rec = {"model": b.model, "rows": rows, "prompt": prompt, "new_tokens": new, "decode_attention": attention,
+           "first_call_s": round(first, 2),
            "tokens": s["tokens"], "seconds": round(s["seconds"], 3), "tokens_per_s": round(s["tokens_per_s"], 1),
            "decode_steps": int(sum(s["steps"])), "step_bytes_gb": round(step_bytes / 1e9, 3),
            "hbm_bw_gbps": round(bw / 1e9, 1), "hbm_bw_source": src, "hbm_bound_tokens_per_s": round(bound, 1),

@@ -45,7 +45,8 @@ def rows(recs: list[dict]) -> list[str]:
             res, shape = _train_row(r)
             out.append(f"| {w} | {r['model']}, {r['mode']}, {shape}, remat {r.get('remat', 'none')} | {res} |")
         elif "rows" in r and "hbm_bound_tokens_per_s" in r:
-            out.append(f"| {w} | {r['model']}, {r['rows']} rows × ({r['prompt']} + {r['new_tokens']}) | "
+            att = f", {r['decode_attention']} attention" if r.get("decode_attention", "auto") != "auto" else ""
+            out.append(f"| {w} | {r['model']}, {r['rows']} rows × ({r['prompt']} + {r['new_tokens']}){att} | "
                        f"{r['tokens_per_s']:,.0f} tokens/s = {r['fraction_of_bound']:.2f} of the HBM bound "
                        f"{r['hbm_bound_tokens_per_s']:,.0f} ({r['hbm_bw_gbps']} GB/s, {r['hbm_bw_source']}); bound at the "
                        f"measured bandwidth {_f(r.get('bound_at_measured_bw_tokens_per_s'), 0)} |")

@@ -26,6 +26,7 @@ from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache
                            positions_from_mask, tpu_lowering)
 from .lean_sample import head_logits_t, lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
+from .decode_attention import decode_attention_impl
 from .sampler_mesh import check_mesh, constrain_state, data_size, decode_layout, decode_param_shardings, padded_prompts
 
 # %% auto #0
@@ -246,13 +247,15 @@ def trace_count() -> int:
     return _TRACE_COUNT[0]
 
 # %% ../nbs/06_generate.ipynb #62053ba6
-@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache"))
+@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache", "attention"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
-                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False):
+                    top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False,
+                    attention="auto"):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
     unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
-    `maxpost.sampler_mesh.DecodeLayout` that pins the caches and rows to a mesh (None: no constraint).
+    `maxpost.sampler_mesh.DecodeLayout` that pins the caches and rows to a mesh (None: no constraint); attention: the
+    scanned step's (`maxpost.decode_attention.decode_attention_impl`).
     Returns tokens, log π, log q [B, N], lengths [B], decode steps () (return_cache: and the rows' own cache)."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
@@ -277,12 +280,12 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
                  tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
     w = scan_decode_weights(model) if scan else decode_weights(model, fuse=layout is None or layout.mesh.shape["tensor"] == 1)
-    step_fn = partial(scan_decode_step, blocks=decode_blocks(N)) if scan else decode_step
+    step_fn = (partial(scan_decode_step, blocks=decode_blocks(N), attention=decode_attention_impl(attention, layout))
+               if scan else decode_step)
     base = jax.random.key(seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(base, r[0]), r[1]))(row_ids)  # [B]
     is_stop = lambda t: jnp.any(t[:, None] == stop_ids[None, :], axis=-1)        # [B]
     pick = lambda lg, s: sample_tokens(lg, keys, s, temperature, top_k, top_p, with_sampling_logprobs, scan)  # scan: [V, B]
-
     tok, lp, lq = pick(logits.T if scan else logits, 0)
     zeros_f = jnp.zeros((B, N), jnp.float32)
     c = dict(step=jnp.int32(1), tok=tok, pos=jnp.repeat(positions[:, -1] + 1, R), cache=cache,
@@ -290,9 +293,7 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
              out_tok=jnp.zeros((B, N), jnp.int32).at[:, 0].set(jnp.where(real, tok, 0)),
              out_lp=zeros_f.at[:, 0].set(jnp.where(real, lp, 0.0)), out_lq=zeros_f.at[:, 0].set(jnp.where(real, lq, 0.0)))
     c = constrain_state(layout, c, scan)                                           # rows and caches on the mesh
-
     def cond(c): return (c["step"] < max_tokens) & ~jnp.all(c["done"])
-
     def body(c):
         h, cache = step_fn(model, w, prefix, c["cache"], segment_ids, c["step"] - 1, c["tok"], c["pos"], rope)
         tok, lp, lq = pick(head_logits_t(model, h) if scan else model.logits(h), c["step"])
@@ -319,8 +320,9 @@ class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,
                  max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False,
-                 decode: str = "auto", mesh=None):
-        use_scan(decode)                                # a bad value fails here, before any compute
+                 decode: str = "auto", mesh=None, decode_attention: str = "auto"):
+        use_scan(decode); decode_attention_impl(decode_attention)   # a bad value fails here, before any compute
+        self.decode_attention = decode_attention        # the scanned step's attention: `decode_attention_impl`
         self.mesh = check_mesh(mesh) if mesh is not None else None   # `maxpost.sampler_mesh`: weights, rows, caches
         self.cfg, self.tokenizer, self.decode = model.cfg, tokenizer, decode   # decode: `use_scan`
         self.graphdef, state = nnx.split(model)
@@ -417,7 +419,7 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
                            np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                            np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
                            with_sampling_logprobs=bool(sp.sampling_logprobs), scan=use_scan(self.decode, self._state),
-                           layout=layout)
+                           layout=layout, attention=self.decode_attention)
     out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
     res, texts_in = {}, []
     for b, p, s in rows:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .blocks import softcap
 from .model import Decoder, LAYER_KEYS, decoder_layer
+from .decode_attention import NO_WINDOW, pallas_cached_attention
 
 # %% auto #0
 __all__ = ['scan_decode_weights', 'scan_caches', 'scan_cached_attention', 'scan_decode_step']
@@ -72,14 +73,17 @@ def scan_cached_attention(cfg, prefix, cache, layer, pmask, dmask, step, blocks)
     return attend
 
 # %% ../nbs/06c_scan_decode.ipynb #6ab6428b
-def scan_decode_step(model: Decoder, w: dict, prefix, cache, seg, step, tok, pos, rope: dict, blocks):
+def scan_decode_step(model: Decoder, w: dict, prefix, cache, seg, step, tok, pos, rope: dict, blocks, attention: str = "xla"):
     """One token per row through every layer: a `lax.scan` of `decoder_layer` with `scan_cached_attention`.
     w: `scan_decode_weights(model)`, stacked [L, ...]. prefix: (keys, values) [L, U, K, T, hd], the prompts' cache,
     shared by the R = B / U rows (samples) of each prompt (row b belongs to prompt b // R). cache: (keys, values)
     [L, B, K, N, hd], the rows' own tokens; this token goes to slot `step`. seg [U, T] (0 = padding); tok, pos [B];
-    rope: `maxpost.generate.rope_tables`; blocks: the chunk sizes of the own cache (`maxpost.generate.decode_blocks`).
-    Returns (last hidden [B, d], cache)."""
-    cfg = model.cfg
+    rope: `maxpost.generate.rope_tables`; blocks: the chunk sizes of the own cache (`maxpost.generate.decode_blocks`);
+    attention: 'xla' (`scan_cached_attention`), or 'pallas' / 'interpret' (the Pallas kernel of
+    `maxpost.decode_attention`, compiled by Mosaic / interpreted). Returns (last hidden [B, d], cache)."""
+    if attention not in ("xla", "pallas", "interpret"):
+        raise ValueError(f"attention={attention!r}: the scanned decode's attention is one of xla, pallas, interpret")
+    cfg, kernel = model.cfg, attention != "xla"
     T, N = seg.shape[1], cache[0].shape[3]
     x = model.embed_tokens(tok[:, None])                                    # [B, 1, d]
     # visibility of prompt slot t and own slot n from this token's slot T + step, for global and sliding layers
@@ -91,15 +95,20 @@ def scan_decode_step(model: Decoder, w: dict, prefix, cache, seg, step, tok, pos
         pmask[True] = pmask[False] & (T + step - t < cfg.sliding_window)[None, None, None, :]
         dmask[True] = dmask[False] & (step - n < cfg.sliding_window)[None, None, None, :]
     cs = {sl: (c[pos][:, None], s[pos][:, None]) for sl, (c, s) in rope.items()}   # [B, 1, hd]
+    starts = T - (seg > 0).sum(1).astype(jnp.int32)                          # the kernel's masks: first real slots
 
     def layer(carry, xs):
         x, kv = carry
         p, sl, pk, pv, l = xs
         pick = lambda d: jnp.where(sl, d[True], d[False])                  # the layer's type is scanned data
-        attend = scan_cached_attention(cfg, (pk, pv), kv, l, pick(pmask), pick(dmask), step, blocks)
+        if kernel:                                   # the whole prompt cache [L, ...], the layer's window
+            window = jnp.where(sl, cfg.sliding_window, NO_WINDOW) if cfg.sliding_window else NO_WINDOW
+            attend = pallas_cached_attention(cfg, prefix, kv, l, starts, window, step, interpret=attention == "interpret")
+        else: attend = scan_cached_attention(cfg, (pk, pv), kv, l, pick(pmask), pick(dmask), step, blocks)
         x, kv = decoder_layer(cfg, p, x, pick({b: cs[b][0] for b in cs}), pick({b: cs[b][1] for b in cs}), attend)
         return (x, kv), None
 
-    xs = (w, jnp.asarray(cfg.is_sliding), prefix[0], prefix[1], jnp.arange(cfg.num_layers))
+    pk, pv = (None, None) if kernel else prefix                            # the XLA path scans the layer's slice
+    xs = (w, jnp.asarray(cfg.is_sliding), pk, pv, jnp.arange(cfg.num_layers))
     (x, cache), _ = jax.lax.scan(layer, (x, tuple(cache)), xs)
     return model.final(x[:, 0]), cache
