@@ -78,6 +78,23 @@ def run_module(module, *args, timeout=900, check=True, env=None):
         raise AssertionError(f"{module} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
     return r
 
+def _cpu_jiffies() -> tuple[int, int]:
+    "(idle, total) jiffies of the machine's CPUs since boot, from /proc/stat ((0, 0) where there is none)."
+    try: f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError): return 0, 0
+    return f[3] + f[4], sum(f[:8])                         # idle + iowait; user … steal
+
+IDLE: dict = {}            # test id → (idle core-seconds, wall seconds) while it ran (setup, call and teardown)
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Where the machine's cores sat idle: each test's idle core-seconds (the terminal summary lists the largest; a
+    test that leaves a core idle for long is where work could overlap)."""
+    (i0, t0), w0 = _cpu_jiffies(), time.perf_counter()
+    yield
+    (i1, t1), w1 = _cpu_jiffies(), time.perf_counter()
+    if t1 > t0: IDLE[item.nodeid] = ((i1 - i0) / (t1 - t0) * (os.cpu_count() or 1) * (w1 - w0), w1 - w0)
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -144,6 +161,13 @@ def pytest_terminal_summary(terminalreporter):
     me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     terminalreporter.write_line(f"session: cpu {me.ru_utime + me.ru_stime:.0f}s in pytest's process, "
                                 f"{ch.ru_utime + ch.ru_stime:.0f}s in its subprocesses")
+    if IDLE:
+        idle, wall = sum(v[0] for v in IDLE.values()), sum(v[1] for v in IDLE.values())
+        terminalreporter.section("idle cores while each test ran (largest 25; core-seconds)")
+        for k, (i, w) in sorted(IDLE.items(), key=lambda kv: -kv[1][0])[:25]:
+            terminalreporter.write_line(f"idle {i:7.1f}  wall {w:7.1f}s  {k}")
+        terminalreporter.write_line(f"tests: {idle:.0f} idle core-seconds of {wall * (os.cpu_count() or 1):.0f} "
+                                    f"({os.cpu_count()} cores × {wall:.0f} s)")
     used = sum(f.stat().st_size for f in Path(_SESSION_TMP).rglob("*") if f.is_file())
     terminalreporter.write_line(f"disk: {_FREE[0] / 2**30:.1f} GiB free at the start, {min(_FREE) / 2**30:.1f} GiB at "
                                 f"the lowest (5 s samples); {used / 2**30:.2f} GiB left in the session's temporary "
