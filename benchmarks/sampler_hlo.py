@@ -5,7 +5,7 @@ the compiled HLO text, for `benchmarks/hlo_traffic.py OUT.hlo --loop` (the bytes
     python benchmarks/sampler_hlo.py PRESET ROWS PROMPT NEW OUT.hlo [SAMPLES [ATTENTION]]   # e.g. gemma3-1b 64 128 256 /tmp/g1b.hlo
 
 bfloat16 weights and compute, SAMPLES samples per prompt (default 1: ROWS prompts; else ROWS / SAMPLES prompts), the
-scanned step's attention ATTENTION (`NativeEngine(decode_attention=…)`: auto, the default, is the Pallas kernel of
+scanned step's attention ATTENTION (`NativeEngine(decode_attention=…)`: auto is the Pallas kernel of
 `maxpost.decode_attention` for a TPU; xla its XLA ops); the record counts the program's Mosaic kernels
 (`tpu_custom_call`). `maxpost.aot` sets MAXPOST_TPU_LOWERING=1, so
 the program is the one a TPU runs: the scanned decode (`maxpost.scan_decode`), not the CPU's unrolled one.

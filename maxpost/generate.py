@@ -250,7 +250,7 @@ def trace_count() -> int:
 @partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache", "attention"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
                     top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False,
-                    attention="auto"):
+                    attention="xla"):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
     unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
@@ -320,7 +320,7 @@ class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,
                  max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False,
-                 decode: str = "auto", mesh=None, decode_attention: str = "auto"):
+                 decode: str = "auto", mesh=None, decode_attention: str = "xla"):
         use_scan(decode); decode_attention_impl(decode_attention)   # a bad value fails here, before any compute
         self.decode_attention = decode_attention        # the scanned step's attention: `decode_attention_impl`
         self.mesh = check_mesh(mesh) if mesh is not None else None   # `maxpost.sampler_mesh`: weights, rows, caches
