@@ -118,7 +118,7 @@ def setup_maxpost(hf_dir, tokens, mode: str, dtype: str, lora_out: str | None, b
 def tunix_optimizer(cfg):
     "maxpost's schedule, AdamW and clipping (from `cfg`) over Tunix's param tree: no decay of norm scales."
     import jax, optax
-    from maxpost.loop import lr_schedule
+    from maxpost.optimizer import lr_schedule
     sched = lr_schedule(cfg.learning_rate, cfg.steps, cfg.warmup_steps_fraction,
                         cfg.cosine_learning_rate_final_fraction, cfg.learning_rate_schedule_steps)
     decay = lambda params: jax.tree_util.tree_map_with_path(

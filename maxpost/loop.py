@@ -1,4 +1,4 @@
-"""One loop for every trainer: the key groups that SFT, RL and the preference trainers share, the optimizer, the
+"""One loop for every trainer: the key groups that SFT, RL and the preference trainers share, the
 run folder, Orbax checkpoints with the data iterator's position and exact resume, metrics.jsonl, TensorBoard and
 tqdm, the time budget, the eval hook, and a guard that stops on a non-finite loss.
 
@@ -23,9 +23,8 @@ from .config import Config, ConfigError, alias, dump_config, output_dir, Finite,
 from .distributed import DistributedKeys, gather_json, is_main_process
 
 # %% auto #0
-__all__ = ['BACKEND_DEFAULTS', 'Dtype', 'Beta', 'backend_defaults', 'ModelKeys', 'MeshKeys', 'RunKeys', 'OptimizerKeys',
-           'lr_schedule', 'make_optimizer', 'keep_state_dtypes', 'train_state_shardings', 'jit_sharded',
-           'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop']
+__all__ = ['BACKEND_DEFAULTS', 'Dtype', 'Beta', 'backend_defaults', 'ModelKeys', 'MeshKeys', 'RunKeys', 'train_state_shardings',
+           'jit_sharded', 'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop']
 
 # %% ../nbs/04b_loop.ipynb #788906bf
 BACKEND_DEFAULTS = {"cpu": dict(dtype="float32", weight_dtype="float32", remat_policy="none"),
@@ -117,63 +116,6 @@ class RunKeys(Config):
     key_aliases = (alias("max_num_checkpoints_to_keep", "checkpoint_max_to_keep"),
                    alias("output_dir", "base_output_directory", source="TRL", example="output_dir=/tmp/out"),
                    alias("max_steps", "steps", source="TRL"))
-
-# %% ../nbs/04b_loop.ipynb #01d12105
-class OptimizerKeys(Config):
-    "AdamW with global-norm clipping, linear warmup and cosine decay (MaxText's names)."
-    learning_rate: NonNegFloat = 2e-5
-    warmup_steps_fraction: Fraction = 0.1
-    learning_rate_schedule_steps: int = -1      # -1: the run's steps
-    cosine_learning_rate_final_fraction: Fraction = 0.1   # 1: constant after warmup
-    adam_b1: Beta = 0.9
-    adam_b2: Beta = 0.95
-    adam_eps: PosFloat = 1e-8
-    adam_weight_decay: NonNegFloat = 0.1
-    gradient_clipping_threshold: NonNegFloat = 1.0   # 0: no clipping
-    key_aliases = (alias("learning_rate_final_fraction", "cosine_learning_rate_final_fraction",
-                         note="MaxText's name since 2026; the old one stays"),)
-
-    def optimizer(self, steps: int):
-        "`make_optimizer` with these keys, for a schedule of `steps` optimizer updates: (transformation, schedule)."
-        return make_optimizer(self.learning_rate, steps, warmup_steps_fraction=self.warmup_steps_fraction,
-                              final_fraction=self.cosine_learning_rate_final_fraction,
-                              schedule_steps=self.learning_rate_schedule_steps, b1=self.adam_b1, b2=self.adam_b2,
-                              eps=self.adam_eps, weight_decay=self.adam_weight_decay,
-                              clip=self.gradient_clipping_threshold)
-
-# %% ../nbs/04b_loop.ipynb #57dd12cd
-def lr_schedule(learning_rate: float, steps: int, warmup_steps_fraction: float = 0.1,
-                cosine_learning_rate_final_fraction: float = 0.1, learning_rate_schedule_steps: int = -1):
-    "Linear warmup, cosine decay to `learning_rate · final_fraction` at the schedule's end, then 0."
-    S = steps if learning_rate_schedule_steps <= 0 else learning_rate_schedule_steps
-    W, f = int(S * warmup_steps_fraction), cosine_learning_rate_final_fraction
-    def sched(step):
-        s = jnp.asarray(step, jnp.float32)
-        warm = learning_rate * (s + 1) / max(W, 1)
-        frac = jnp.clip((s - W) / max(S - W, 1), 0.0, 1.0)
-        cos = learning_rate * (f + (1 - f) * 0.5 * (1 + jnp.cos(jnp.pi * frac)))
-        return jnp.where(s < W, warm, jnp.where(s < S, cos, 0.0))
-    return sched
-
-def make_optimizer(learning_rate: float, steps: int, *, warmup_steps_fraction: float = 0.1,
-                   final_fraction: float = 0.1, schedule_steps: int = -1, b1: float = 0.9, b2: float = 0.95,
-                   eps: float = 1e-8, weight_decay: float = 0.1, clip: float = 1.0
-                   ) -> tuple[optax.GradientTransformation, Any]:
-    "(AdamW with global-norm clipping and `lr_schedule`, the schedule); norm scales are not decayed."
-    sched = lr_schedule(learning_rate, steps, warmup_steps_fraction, final_fraction, schedule_steps)
-    decay = lambda params: jax.tree_util.tree_map_with_path(
-        lambda path, _: not str(getattr(path[0], "key", "")).endswith("norm"), params)
-    chain = [optax.clip_by_global_norm(clip)] if clip > 0 else []
-    chain.append(optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay))
-    return keep_state_dtypes(optax.chain(*chain)), sched
-
-def keep_state_dtypes(opt: optax.GradientTransformation) -> optax.GradientTransformation:
-    "`opt` whose updated state has the dtypes of the state it was given (bfloat16 moments stay bfloat16)."
-    def update(updates, state, params=None):
-        updates, new = opt.update(updates, state, params)
-        cast = lambda n, o: n.astype(o.dtype) if hasattr(n, "dtype") and hasattr(o, "dtype") and n.dtype != o.dtype else n
-        return updates, jax.tree.map(cast, new, state)
-    return optax.GradientTransformation(opt.init, update)
 
 # %% ../nbs/04b_loop.ipynb #95a44591
 def train_state_shardings(mesh, opt, abstract_params, param_shardings) -> dict:

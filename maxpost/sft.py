@@ -18,7 +18,8 @@ from pydantic import Field
 
 from .config import ConfigError, PosFloat, PosInt, error_line, user_errors
 from .data_sources import SFT_ALIASES
-from .loop import MeshKeys, ModelKeys, OptimizerKeys, RunKeys
+from .loop import MeshKeys, ModelKeys, RunKeys
+from .optimizer import OptimizerKeys
 from .lora import LoRAKeys, LORA_IN_AXES
 from .quant import QuantKeys
 from .head_loss import fused_nll_sum, head_tiles, head_weight, token_nll

@@ -73,7 +73,7 @@ class Trainer:
             q = [getattr(cfg, k, d) for k, d in (("lora_weight_qtype", ""), ("lora_tile_size", 64), ("lora_double_quant", False))]
             (self.frozen, self.frozen_sh), self._base = quantize_frozen(w.base, w.base_sh, LORA_IN_AXES, *q), None
         else: self.frozen, self.frozen_sh, self._base = {}, {}, w.base     # the first state takes the base weights
-        self.opt, self.sched = cfg.optimizer(n_updates or cfg.steps)      # maxpost.loop.make_optimizer
+        self.opt, self.sched = cfg.optimizer(n_updates or cfg.steps)      # maxpost.optimizer.make_optimizer
         self.state_sh = train_state_shardings(self.mesh, self.opt, w.abs_params, self.param_sh)
         self.batch_sh = batch_sh if batch_sh is not None else batch_sharding(self.mesh, leading=1)   # [A, B, …]
         if loss is not None:

@@ -16,7 +16,8 @@ from pydantic import BeforeValidator, Field, create_model, field_validator, mode
 
 from ..config import Config, ConfigError, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from ..datasets import DATASETS, DataKeys
-from ..loop import Beta, MeshKeys, ModelKeys, OptimizerKeys, RunKeys
+from ..loop import Beta, MeshKeys, ModelKeys, RunKeys
+from ..optimizer import OptimizerKeys
 from ..lora import LoRAKeys
 from ..quant import QuantKeys
 from ..losses import IS_MODES, LossConfig, canonical, resolve_loss_config, LOSS_PRESETS

@@ -65,7 +65,7 @@ class RLTrainer(Trainer):
     "`maxpost.trainer.Trainer`'s weights, state and update, with RL's log-prob programs and one update per minibatch."
     def __init__(self, cfg: RLConfig, lc: LossConfig, mcfg: ModelConfig, base_params: dict, mesh=None):
         # cfg: run config; lc: resolved loss config; mcfg: model shapes; base_params: name → array (maxpost layout)
-        # the schedule (maxpost.loop.make_optimizer) runs over every update of the run
+        # the schedule (maxpost.optimizer.make_optimizer) runs over every update of the run
         super().__init__(cfg, mcfg, base_params, mesh,
                          n_updates=cfg.steps * cfg.num_iterations * cfg.num_minibatches)
         cfg, self.lc = self.cfg, lc
