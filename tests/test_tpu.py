@@ -324,6 +324,63 @@ def test_sampler_against_forward(dev, model_name, precision):
     assert max(dlp) <= 2 * tie, (max(dlp), 2 * tie)
 
 
+# ------------------------------------------------------------------------------------------ the decode kernel
+def decode_attention64(q, prefix, own, starts, layer, step, window, scale, cap):
+    """float64 numpy reference of `maxpost.decode_attention.decode_attention` (its docstring has the layout), and the
+    same weighted sum of |v| (the scale of each output's rounding)."""
+    q, (pk, pv), (ok, ov) = np.float64(q), map(np.float64, prefix), map(np.float64, own)
+    B, K, G, hd = q.shape
+    U, T = pk.shape[1], pk.shape[3]
+    out, scale_out = np.zeros_like(q), np.zeros_like(q)
+    for b in range(B):
+        u = b // (B // U)
+        p0, o0 = max(starts[u], T + step - window + 1), max(0, step - window + 1)
+        for k in range(K):
+            keys = np.concatenate([pk[layer, u, k, p0:], ok[layer, b, k, o0:step + 1]])
+            vals = np.concatenate([pv[layer, u, k, p0:], ov[layer, b, k, o0:step + 1]])
+            s = keys @ q[b, k].T * scale                                 # [slots, G]
+            if cap: s = cap * np.tanh(s / cap)
+            e = np.exp(s - s.max(0))
+            out[b, k], scale_out[b, k] = (e / e.sum(0)).T @ vals, (e / e.sum(0)).T @ np.abs(vals)
+    return out, scale_out
+
+
+@pytest.mark.parametrize("case", ["global", "window+cap"])
+def test_decode_kernel_against_reference(dev, case):
+    """The Pallas decode-attention kernel (`maxpost.decode_attention`; Mosaic on a TPU, Pallas' interpreter in the dry
+    run) at Gemma 3 1B's head shapes (1 kv head, 4 query heads of 256), 8 prompts × 4 samples, bfloat16 caches as
+    the sampler keeps them, left-padded prompts, against a float64 reference of the same bfloat16 inputs. The kernel
+    scores in float32 (bfloat16 products are exact there), rounds the probabilities to bfloat16 for the values'
+    matmul (2^-9 each: at most 2^-9 · Σ p|v| in the weighted sum) and its output to bfloat16 (2^-9 of |o| ≤ Σ p|v|):
+    bound |Δo| ≤ 2 · 2^-8 · Σ p|v| per output, twice the sum, for the TPU's approximate exp and the float32 sums
+    (Σ p|v| ≈ 0.8 here while |o| ≈ 0.1: a wrong mask moves o by about its own size)."""
+    import jax, jax.numpy as jnp
+    from maxpost.decode_attention import NO_WINDOW, decode_attention
+    acc, _ = dev
+    L, P, R, K, G, hd, T, N = 2, 8, 4, 1, 4, 256, 128, 256    # P prompts (U is the rounding unit)
+    B, rng = P * R, np.random.default_rng(5)
+    bf = lambda *shape: np.asarray(jnp.asarray(rng.standard_normal(shape), jnp.bfloat16).astype(jnp.float32))
+    q, prefix, own = bf(B, K, G, hd), (bf(L, P, K, T, hd), bf(L, P, K, T, hd)), (bf(L, B, K, N, hd), bf(L, B, K, N, hd))
+    starts = rng.integers(0, T // 2, P).astype(np.int32); starts[0] = 0
+    window, cap = (NO_WINDOW, None) if case == "global" else (200, 50.0)
+    scale, worst, ratio = hd ** -0.5, 0.0, 0.0
+    put = lambda x: jax.device_put(jnp.asarray(x, jnp.bfloat16), acc)
+    f = jax.jit(lambda q, p, o, st, l, s: decode_attention(q, p, o, st, l, s, window, scale=scale, cap=cap,
+                                                           interpret=jax.default_backend() != "tpu"))
+    t0 = time.time()
+    for layer, step in ((0, 0), (1, 77), (1, N - 1)):
+        got = np.asarray(f(put(q), tuple(map(put, prefix)), tuple(map(put, own)), jax.device_put(starts, acc),
+                           layer, step), np.float64)
+        want, sw = decode_attention64(q, prefix, own, starts, layer, step, window, scale, cap)
+        worst = max(worst, float(np.abs(got - want).max()))
+        ratio = max(ratio, float((np.abs(got - want) / (2 * U * sw)).max()))      # ≤ 1: within the bound
+    kw = dict(test="decode_kernel", model="gemma3-1b heads", precision="bfloat16 caches", case=case)
+    figure(name="max_abs_dout", value=worst, **kw)
+    figure(name="max_dout_over_bound", value=ratio, bound=1.0, **kw)
+    figure(name="seconds", value=time.time() - t0, **kw)
+    assert ratio <= 1.0, (ratio, worst)
+
+
 if __name__ == "__main__":          # without pytest: every case, or those whose name contains argv[1]
     import traceback, jax
     if jax.default_backend() != "tpu" and not DRY:
@@ -331,7 +388,8 @@ if __name__ == "__main__":          # without pytest: every case, or those whose
     cases = ([(test_logits_against_cpu, dict(model_name=m, precision=p)) for m in LOGIT_CASES for p in PRECISIONS] +
              [(test_trainer_step_against_cpu, dict(kind=k, precision=p))
               for k in ("sft-full", "sft-lora", "dpo", "grpo") for p in PRECISIONS] +
-             [(test_sampler_against_forward, dict(model_name=m, precision=p)) for m in SAMPLER_CASES for p in PRECISIONS])
+             [(test_sampler_against_forward, dict(model_name=m, precision=p)) for m in SAMPLER_CASES for p in PRECISIONS] +
+             [(test_decode_kernel_against_reference, dict(case=c)) for c in ("global", "window+cap")])
     want = sys.argv[1] if len(sys.argv) > 1 else ""
     gen = _dev(); d = next(gen); failed = []
     for fn, kw in cases:
