@@ -16,12 +16,20 @@ os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
 
 _FREE: list = [shutil.disk_usage(_SESSION_TMP).free]     # free bytes on the temporary folder's disk: start, then lowest
 
+def _mem_available() -> int:
+    "MemAvailable of /proc/meminfo, bytes (0 where there is none)."
+    try: return 1024 * int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable")).split()[1])
+    except (OSError, StopIteration, ValueError): return 0
+
+_MEM: list = [_mem_available()]                          # the machine's available memory: start, then lowest
+
 def _watch_free():
     while True:
         time.sleep(5)
         try: _FREE.append(min(_FREE[-1], shutil.disk_usage(_SESSION_TMP).free))
         except OSError: return                 # the folder is gone: the session is ending
         del _FREE[1:-1]
+        _MEM.append(min(_MEM[-1], _mem_available())); del _MEM[1:-1]
 
 import threading; threading.Thread(target=_watch_free, daemon=True).start()
 
@@ -107,12 +115,23 @@ def _drop_passed_tmp_path(request):
     yield
     if tmp is not None and getattr(request.node, "_maxpost_passed", False): shutil.rmtree(tmp, ignore_errors=True)
 
+def _module(item) -> str:
+    return item.module.__name__.rpartition(".")[2]
+
+def pytest_collection_modifyitems(session, config, items):
+    "The notebooks' tests run last: until then their processes fill idle cores beside the other tests (test_notebooks)."
+    items[:] = [it for it in items if _module(it) != "test_notebooks"] + [it for it in items if _module(it) == "test_notebooks"]
+
 def pytest_collection_finish(session):
-    "When a selected test reads the full docs site, its build starts now, in the background (test_docs.start_site_build)."
+    """When a selected test reads the full docs site, its build starts now, in the background (test_docs.start_site_build);
+    when notebooks are selected, their feeder starts too, and waits for the build to end (test_notebooks.start_feeder)."""
     if session.config.option.collectonly: return
+    build = []
     for it in session.items:
-        if "site" in getattr(it, "fixturenames", ()) and it.module.__name__.rpartition(".")[2] == "test_docs":
-            it.module.start_site_build(); break
+        if "site" in getattr(it, "fixturenames", ()) and _module(it) == "test_docs":
+            build.append(it.module.start_site_build()["p"]); break
+    nb = next((it.module for it in session.items if _module(it) == "test_notebooks"), None)
+    if nb is not None: nb.start_feeder(session, after=build)
 
 _ON_TPU: list = []
 
@@ -172,6 +191,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"disk: {_FREE[0] / 2**30:.1f} GiB free at the start, {min(_FREE) / 2**30:.1f} GiB at "
                                 f"the lowest (5 s samples); {used / 2**30:.2f} GiB left in the session's temporary "
                                 f"folder at its end (removed on exit)")
+    terminalreporter.write_line(f"memory: {_MEM[0] / 2**30:.1f} GiB available at the start, {min(_MEM) / 2**30:.1f} GiB "
+                                f"at the lowest (5 s samples)")
 
 TOOL_DIGITS = """
 def digits(prompts, completions, **kw):
