@@ -47,6 +47,7 @@ from pydantic import Field
 
 from .config import Config, ConfigError, PosFloat, load_config, parse_kv, run_cli
 from .loop import MeshKeys, ModelKeys
+from .sharding import make_mesh
 
 GIB = 2 ** 30
 SDS = jax.ShapeDtypeStruct
@@ -125,17 +126,18 @@ def compile_program(name: str, fn, *args, state=None, **kw) -> dict:
 # %% ../nbs/11a_aot.ipynb #2b6fac23
 def abstract_base(mcfg) -> dict:
     "The model's weights as ShapeDtypeStructs: the trainers place them (`maxpost.lora.place_weight`) without data."
-    from maxpost.model import param_shapes
+    from maxpost.model import param_shapes   # heavy: pulls in flax; `import maxpost.aot` stays on jax
     return {k: SDS(s, jnp.float32) for k, s in param_shapes(mcfg).items()}
 
 # %% ../nbs/11a_aot.ipynb #cd6af158
 def shape_config(cfg):
     "The ModelConfig of a run: its preset, or the config of `load_parameters_path` (no weights are read)."
-    from maxpost.model import model_config
+    from maxpost.model import model_config   # heavy: pulls in flax; `import maxpost.aot` stays on jax
     path = getattr(cfg, "load_parameters_path", "")
     if path and not cfg.model_name:
+        # heavy: pulls in flax; `import maxpost.aot` stays on jax
         from maxpost.checkpoint import config_from_hf, read_checkpoint_meta
-        from maxpost.model import ModelConfig
+        from maxpost.model import ModelConfig   # heavy: pulls in flax; `import maxpost.aot` stays on jax
         p = Path(path)
         if (p / "config.json").exists() and not (p / "maxpost.json").exists():
             return config_from_hf(json.loads((p / "config.json").read_text()))
@@ -181,7 +183,7 @@ SFT_BATCH = {"inputs": jnp.int32, "targets": jnp.int32, "positions": jnp.int32, 
 
 def sft_programs(cfg, mesh) -> list:
     "The SFT train step (`SFTTrainer._step`) on a global batch of per_device_batch_size × chips rows of max_target_length."
-    from maxpost.sft import SFTTrainer
+    from maxpost.sft import SFTTrainer   # heavy: a trainer (flax, optax): only the mode compiled is imported
     B, A, T = global_batch(cfg, mesh), cfg.gradient_accumulation_steps, cfg.max_target_length
     tr = SFTTrainer(cfg, shape_config(cfg), abstract_base(shape_config(cfg)), mesh)
     st = abstract_state(tr, trained_params(tr))
@@ -190,7 +192,7 @@ def sft_programs(cfg, mesh) -> list:
 # %% ../nbs/11a_aot.ipynb #d2ed4868
 def dpo_programs(cfg, mesh) -> list:
     "The preference step (`DPOTrainer._step`) on per_device_batch_size × chips pairs, chosen and rejected, of max_target_length."
-    from maxpost.dpo import DPOTrainer
+    from maxpost.dpo import DPOTrainer   # heavy: a trainer (flax, optax): only the mode compiled is imported
     B, A, T = global_batch(cfg, mesh), cfg.gradient_accumulation_steps, cfg.max_target_length
     mcfg = shape_config(cfg)
     tr = DPOTrainer(cfg, mcfg, abstract_base(mcfg), mesh)
@@ -207,7 +209,7 @@ TOPK_BATCH = {"teacher_ids": jnp.int32, "teacher_logprobs": jnp.float32}   # off
 def distill_programs(cfg, mesh) -> list:
     "The distillation step (`DistillTrainer._step`): SFT's rows plus the teacher's weights, an argument of the step."
     from types import SimpleNamespace
-    from maxpost.distill import DistillTrainer, teacher_key
+    from maxpost.distill import DistillTrainer, teacher_key   # heavy: a trainer (flax, optax): only the mode compiled is imported
     B, A, T = global_batch(cfg, mesh), cfg.gradient_accumulation_steps, cfg.max_target_length
     mcfg = shape_config(cfg)
     if cfg.teacher_logits_path:           # offline: no teacher; the stored top-k come with the rows
@@ -233,8 +235,8 @@ def rl_programs(cfg, mesh) -> list:
     """The RL update (`RLTrainer._update`) on one minibatch of batch_size × num_generations / num_minibatches completions
     at fixed [rows, prompt + completion] shapes (a packed update holds no more tokens), and the native sampler's program
     for the rollout: batch_size × num_generations rows of max_prefill_predict_length + max_completion_length."""
-    from maxpost.rl.config import loss_config
-    from maxpost.rl.trainer import RLTrainer
+    from maxpost.rl.config import loss_config   # heavy: a trainer (flax, optax): only the mode compiled is imported
+    from maxpost.rl.trainer import RLTrainer   # heavy: a trainer (flax, optax): only the mode compiled is imported
     mcfg = shape_config(cfg)
     tr = RLTrainer(cfg, loss_config(cfg), mcfg, abstract_base(mcfg), mesh)
     st = abstract_state(tr, trained_params(tr))
@@ -258,8 +260,9 @@ def sampler_program(mcfg, dtype, wdtype, prompts: int, n: int, prefill: int, new
     """(record, weight bytes per chip) of the native engine's prefill + decode program (`maxpost.generate`) for `prompts`
     × `n` rows on `mesh`, laid out as `NativeEngine(mesh=mesh)` lays it out (`maxpost.sampler_mesh`)."""
     from flax import nnx
-    from maxpost.generate import _generate_batch, bucket_batch
-    from maxpost.model import Decoder
+    from maxpost.generate import _generate_batch, bucket_batch   # heavy: pulls in flax and the Pallas decode kernels
+    from maxpost.model import Decoder   # heavy: pulls in flax; `import maxpost.aot` stays on jax
+    # heavy: pulls in flax; `import maxpost.aot` stays on jax
     from maxpost.sampler_mesh import data_size, decode_layout, decode_param_shardings, padded_prompts
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(mcfg, dtype=dtype, param_dtype=wdtype)))
     flat, treedef = jax.tree_util.tree_flatten_with_path(state)
@@ -284,7 +287,7 @@ class SampleConfig(ModelKeys, MeshKeys):
 
 def sample_programs(cfg, mesh) -> list:
     "The native sampler for per_device_batch_size prompts × num_generations of max_prefill_predict_length + new tokens."
-    from maxpost.model import DTYPES
+    from maxpost.model import DTYPES   # heavy: pulls in flax; `import maxpost.aot` stays on jax
     new = cfg.max_target_length - cfg.max_prefill_predict_length
     if new < 1: raise ConfigError(f"max_target_length={cfg.max_target_length} leaves no new tokens after "
                                   f"max_prefill_predict_length={cfg.max_prefill_predict_length}", key="max_target_length")
@@ -297,7 +300,7 @@ def sample_programs(cfg, mesh) -> list:
 # %% ../nbs/11a_aot.ipynb #9f291d2a
 def _modes() -> dict:
     "mode → (config class, base YAML, programs, batch key)."
-    from maxpost import train_distill, train_dpo, train_rl, train_sft
+    from maxpost import train_distill, train_dpo, train_rl, train_sft   # heavy: all four trainers (flax, optax)
     return {"train_sft": (train_sft.SFTConfig, train_sft.default_config(), sft_programs, "per_device_batch_size"),
             "train_distill": (train_distill.DistillConfig, train_distill.default_config(), distill_programs,
                               "per_device_batch_size"),
@@ -344,7 +347,6 @@ def describe(mode: str, cfg, mesh, topology: str) -> str:
 # %% ../nbs/11a_aot.ipynb #87072075
 def check(mode: str, argv: list[str], topology: str = "v5e-1", results_file: str = "", quiet: bool = False) -> dict:
     "Compile `mode`'s programs for `topology` with the trainer's `key=value` config `argv`; a record with the verdict."
-    from maxpost.sharding import make_mesh
     modes = _modes()
     if mode not in modes: raise ConfigError(f"unknown mode {mode!r}: one of {', '.join(modes)}")
     cls, yml, programs, _ = modes[mode]
@@ -413,7 +415,6 @@ def main(argv: list[str] | None = None):
             cls, yml, _, key = _modes()[mode] if mode in _modes() else (None, None, None, None)
             if cls is None: raise ConfigError(f"unknown mode {mode!r}: one of {', '.join(_modes())}")
             cfg = load_config(cls, rest, base_yaml=yml).for_backend("tpu")
-            from maxpost.sharding import make_mesh
             mesh = make_mesh(cfg.ici_fsdp_parallelism, cfg.ici_tensor_parallelism, topology_devices(keys.topology))
             print(describe(mode, cfg, mesh, keys.topology), flush=True)
             b = find_batch(mode, rest, keys.topology, keys.results_file)

@@ -390,7 +390,7 @@ def load_checkpoint(path, model_name: str | None = None, as_numpy: bool = True, 
 
 # %% ../nbs/02_checkpoint.ipynb #a760140e
 def _maxtext():
-    import maxpost.convert.maxtext as mt   # a MaxText checkpoint (…/0/items): maxpost.convert.maxtext
+    import maxpost.convert.maxtext as mt   # circle: maxpost.convert.maxtext imports this module (a MaxText checkpoint, …/0/items)
     return mt
 
 def load_any(path, model_name: str | None = None) -> tuple[dict, ModelConfig, Path | None]:

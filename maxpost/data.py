@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from fastcore.basics import patch
 
-from .data_sources import load_sft_dataset
+from .data_sources import load_sft_dataset, select_columns
 
 logger = logging.getLogger("maxpost.data")
 
@@ -442,7 +442,6 @@ def load_sft_examples(tokenizer, max_target_length: int, path_or_id=None, split:
         ds = (load_sft_dataset(path_or_id, split, num_rows=num_rows, **src) if isinstance(path_or_id, (str, Path))
               else path_or_id)
         if kw.get("columns"):
-            from maxpost.data_sources import select_columns
             ds = select_columns(ds, kw["columns"], kw.get("columns_key", "train_data_columns"))
     for k in ("data_files", "name", "data_dir", "columns", "columns_key"): kw.pop(k, None)
     return tokenize_sft(ds, tokenizer, max_target_length, **kw)

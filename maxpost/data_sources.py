@@ -14,6 +14,7 @@ from typing import Sequence
 
 from .config import ConfigError
 from .rewards.answers import content_text
+from .rewards.gsm8k import build_prompt
 
 # %% auto #0
 __all__ = ['SFT_ALIASES', 'DataLoadError', 'load_sft_dataset', 'split_files', 'hub_kwargs', 'select_columns',
@@ -154,5 +155,4 @@ def prompt_messages(prompt, template: str = "maxtext_gsm8k", few_shot: int = 0,
         if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prompt):
             raise ValueError(f"a conversational prompt is a list of {{'role', 'content'}} messages, got {prompt!r:.200}")
         return [{k: (content_text(v) if k == "content" else v) for k, v in m.items() if v is not None} for m in prompt]
-    from maxpost.rewards.gsm8k import build_prompt
     return build_prompt(str(prompt), template, few_shot, few_shot_examples=few_shot_examples)

@@ -36,11 +36,11 @@ class BuiltinDataset:
     answer_metrics: bool = True                            # maxpost.evaluate's answer metrics apply (text rows)
 
 def _multiplication(split: str, n: int | None) -> list[dict]:      # maxpost.rl builds on this module: imported late
-    from maxpost.rl.tool_task import load_multiplication
+    from maxpost.rl.tool_task import load_multiplication   # circle: maxpost.rl imports this module
     return load_multiplication(split, n)
 
 def _tool_tokenizer():
-    from maxpost.rl.tool_task import ToolDigitTokenizer
+    from maxpost.rl.tool_task import ToolDigitTokenizer   # circle: maxpost.rl imports this module
     return ToolDigitTokenizer()
 
 DATASETS: dict[str, BuiltinDataset] = {d.name: d for d in (

@@ -22,6 +22,10 @@ from .convert.from_gguf import embedded_hf
 from .convert.to_maxpost import to_maxpost
 from .convert.to_huggingface import to_huggingface
 from .convert.check_logits import check_logits
+from . import rl, sft, train_rl, train_sft
+from .arithmetic import load_arithmetic
+from .engine import make_engine
+from .evaluate import evaluate
 
 # %% auto #0
 __all__ = ['STAGES', 'DemoConfig', 'convert_and_check', 'parity_ok', 'sft_stage', 'rl_stage', 'evaluate_stage', 'checks',
@@ -81,16 +85,14 @@ def _records(run_dir) -> list[dict]:
 
 def sft_stage(c: DemoConfig, out: Path) -> dict:
     "LoRA SFT of `c.model` on the arithmetic task with `maxpost.sft.train` (the code of `python -m maxpost.train_sft`)."
-    from maxpost.sft import SFTConfig, train
-    from maxpost.train_sft import default_config
-    cfg = load_config(SFTConfig, [
+    cfg = load_config(sft.SFTConfig, [
         f"model_name={c.model}", f"load_parameters_path={embedded_hf(c.model)}", f"base_output_directory={out}",
         "run_name=sft", "dataset_type=arithmetic", f"prompt_template={c.template}", f"steps={c.sft_steps}",
         f"per_device_batch_size={c.sft_batch}", f"max_target_length={c.sft_seq}", "use_lora=true",
         f"learning_rate={c.sft_learning_rate}", "warmup_steps_fraction=0.125", f"eval_interval={c.sft_steps}",
         f"num_eval_rows={c.sft_eval_rows}", "enable_checkpointing=false", "save_model=true", "enable_tqdm=true"],
-        base_yaml=default_config())
-    s = train(cfg)
+        base_yaml=train_sft.default_config())
+    s = sft.train(cfg)
     recs = _records(s["run_dir"])
     return dict(model=c.model, steps=s["steps"], losses=[r["loss"] for r in recs], model_dir=s["model_dir"],
                 eval_before=s["eval_loss_initial"], eval_before_ci=s.get("eval_loss_initial_ci"),
@@ -99,17 +101,15 @@ def sft_stage(c: DemoConfig, out: Path) -> dict:
 
 def rl_stage(c: DemoConfig, out: Path, start: str, run_name: str = "rl", overrides: tuple = ()) -> dict:
     "GRPO with LoRA from the checkpoint `start` with `maxpost.rl.train` (the code of `python -m maxpost.train_rl`); `overrides`: more RLConfig `key=value`s."
-    from maxpost.rl import RLConfig, train
-    from maxpost.train_rl import default_config
-    cfg = load_config(RLConfig, [
+    cfg = load_config(rl.RLConfig, [
         f"model_name={c.model}", f"load_parameters_path={start}", f"base_output_directory={out}", f"run_name={run_name}",
         "dataset_type=arithmetic", f"prompt_template={c.template}", "reward_functions=gsm8k_answer,gsm8k_plain_format",
         "loss_algo=grpo", "loss.beta=0", "use_lora=true", f"learning_rate={c.rl_learning_rate}",
         f"steps={c.rl_steps}", f"batch_size={c.rl_prompts}", f"num_generations={c.rl_generations}",
         f"max_completion_length={c.max_completion_length}", "max_prefill_predict_length=128",
         "eval_before_after=false", "enable_checkpointing=false", "save_model=true", "enable_tqdm=true",
-        *overrides], base_yaml=default_config())
-    s = train(cfg)
+        *overrides], base_yaml=train_rl.default_config())
+    s = rl.train(cfg)
     recs = _records(s["run_dir"])
     return dict(steps=s["steps"], model_dir=s["model_dir"], run_dir=s["run_dir"],
                 reward=[r["reward_mean"] for r in recs], answer=[r["rewards/gsm8k_answer/mean"] for r in recs])
@@ -117,9 +117,6 @@ def rl_stage(c: DemoConfig, out: Path, start: str, run_name: str = "rl", overrid
 # %% ../nbs/90_demo.ipynb #16950001
 def evaluate_stage(c: DemoConfig, out: Path, models: dict) -> dict:
     "Greedy pass@1 of each model (name → checkpoint or HF folder) on the first `num_eval_rows` held-out problems."
-    from maxpost.arithmetic import load_arithmetic
-    from maxpost.engine import make_engine
-    from maxpost.evaluate import evaluate
     rows = load_arithmetic("test", c.num_eval_rows)
     res = {}
     for name, path in models.items():

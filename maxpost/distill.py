@@ -33,6 +33,7 @@ from .model import LAYER_KEYS, PARAM_AXES, TINY_MODELS, Decoder, ModelConfig, mo
 from .sft import SFTConfig, batch_rows, train_eval_examples, load_examples as sft_examples
 from .sharding import batch_sharding, tree_shardings
 from .trainer import Trainer, load_base, run_training, start_run
+from .data import SFTDataIterator, SFTExample
 
 # %% auto #0
 __all__ = ['DISTILL_LOSSES', 'DistillConfig', 'divergence_beta', 'teacher_key', 'check_teacher', 'load_teacher', 'keep_layers',
@@ -244,7 +245,6 @@ DistillTrainer._eval_sums, DistillTrainer.evaluate = _eval_sums, evaluate
 # %% ../nbs/05f_distill.ipynb #1215d5ab
 def addition_examples(split: str, train_split: str = "train", n: int | None = None) -> list:
     "SFTExamples `a+b=` → sum, <eos> of `addition_split`'s 76 training pairs (`split == train_split`) or 24 held-out ones."
-    from maxpost.data import SFTExample
     tok = DigitTokenizer()
     pairs = addition_split()[0 if split == train_split else 1][:n]
     out = []
@@ -261,7 +261,6 @@ def load_examples(cfg: DistillConfig, mcfg: ModelConfig, tokenizer_dir, split: s
     if cfg.dataset_type != "addition": return sft_examples(cfg, mcfg, tokenizer_dir, split, num_rows, seed, source)
     ex = addition_examples(split, cfg.train_split, None if num_rows < 0 else num_rows)
     if not cfg.sft_train_on_completion_only:
-        from maxpost.data import SFTExample
         ex = [SFTExample(e.ids, np.ones_like(e.mask), e.row) for e in ex]
     return ex
 
@@ -269,12 +268,11 @@ def load_examples(cfg: DistillConfig, mcfg: ModelConfig, tokenizer_dir, split: s
 def train(cfg: DistillConfig) -> dict:
     "Run (or resume) distillation as `cfg` says (`maxpost.trainer.run_training`); returns a summary."
     from tqdm.auto import tqdm
-    from maxpost.data import SFTDataIterator
     cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
     B, A = batch_rows(cfg, mesh)
     store = None
     if cfg.teacher_logits_path:                                  # offline: the stored top-k, checked against the run
-        from maxpost.distill_logits import TopKStore
+        from maxpost.distill_logits import TopKStore   # circle: maxpost.distill_logits imports this module
         store = TopKStore(cfg)
     mcfg, base, tok_dir = load_base(cfg, mesh)
     if store is None: tmcfg, tparams = load_teacher(cfg, mcfg)

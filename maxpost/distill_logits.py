@@ -27,6 +27,7 @@ from .loop import jit_sharded
 from .model import DTYPES, PARAM_AXES, Decoder, param_shapes
 from .sft import batch_rows, train_eval_examples
 from .sharding import batch_sharding, tree_shardings
+from .train_distill import default_config
 
 # %% auto #0
 __all__ = ['MANIFEST', 'DATA_KEYS', 'teacher_topk', 'shard_topk', 'tokenizer_identity', 'ids_fingerprint', 'make_manifest',
@@ -288,7 +289,6 @@ class TopKBatches:
 # %% ../nbs/05h_distill_logits.ipynb #d51eb6e0
 def main(argv: list[str] | None = None):
     "Entry point of `python -m maxpost.distill_logits`: train_distill's keys, teacher_logits_path the output folder."
-    from maxpost.train_distill import default_config
     def run():
         cfg = load_config(DistillConfig, sys.argv[1:] if argv is None else argv, base_yaml=default_config())
         print(json.dumps(write_logits(cfg)))

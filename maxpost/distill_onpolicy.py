@@ -16,6 +16,8 @@ from pydantic import Field
 from .config import Config, Fraction, NonNegFloat, NonNegInt, PosInt, alias
 from .data import SFTExample, collate, pack_first_fit
 from .distributed import gather_json
+from .datasets import get_dataset
+from .engine import SamplingParams, default_stop_token_ids, load_tokenizer, make_engine
 
 # %% auto #0
 __all__ = ['gkd_beta', 'OnPolicyKeys', 'batch_kind', 'sample_seed', 'batch_prompts', 'sampled_batch', 'stop_ids', 'Resampler']
@@ -82,8 +84,6 @@ def sampled_batch(prompts: list, completions: list, T: int, B: int) -> tuple[dic
 # %% ../nbs/05i_distill_onpolicy.ipynb #84d1634a
 def stop_ids(cfg, tokenizer_dir) -> tuple:
     "Where sampled completions end: the built-in task's stop ids, else the tokenizer's EOS ids; () when nothing is sampled."
-    from maxpost.datasets import get_dataset
-    from maxpost.engine import default_stop_token_ids, load_tokenizer
     if not (cfg.distill_on_policy_prob > 0 or cfg.distill_seq_kd): return ()
     own = get_dataset(cfg.dataset_type).stop_token_ids
     if own is not None: return tuple(own)
@@ -100,8 +100,7 @@ class Resampler:
     def engine(self, who: str, rows: int):
         "The native engine of 'student' or 'teacher' (built on first use, weights unset), `rows` prompts per call."
         if who not in self.engines:
-            from maxpost.checkpoint import empty_decoder
-            from maxpost.engine import make_engine
+            from maxpost.checkpoint import empty_decoder   # heavy: pulls in flax; this module stays on jax
             self.engines[who] = make_engine("native", empty_decoder(self.mcfgs[who], *self.dtypes), None,
                                             max_batch=rows, max_len=self.T + self.cfg.max_completion_length,
                                             max_prefill=self.T, stop_token_ids=self.stop)
@@ -113,8 +112,7 @@ class Resampler:
         process are numbered in global row order, each process samples its own (each prompt's number keys its random
         stream), and every process packs all completions into the global batch and keeps its rows: the batch and the
         counts are those of one process's run."""
-        from maxpost.engine import SamplingParams
-        from maxpost.generate import bucket_batch
+        from maxpost.generate import bucket_batch   # heavy: pulls in flax and the Pallas decode kernels
         c, B = self.cfg, len(batch["inputs"])
         per_row = [batch_prompts({k: v[r:r + 1] for k, v in batch.items()}) for r in range(B)]
         if rows is None: prompts, mine = [p for ps in per_row for p in ps], None

@@ -31,6 +31,8 @@ from .trainer import Trainer, load_base, run_training, start_run
 from .dpo_losses import PreferenceAlgo, REFERENCE_FREE, needs_reference, preference_loss, preference_metrics
 from .dpo_data import (PreferenceIterator, cut_response, gsm8k_pairs, synthetic_pairs, tokenize_preferences,
                               model_identity)
+from .data_sources import with_chat_template
+from .engine import make_engine
 
 # %% auto #0
 __all__ = ['GSM8K_DEFAULT_ROWS', 'DPOKeys', 'DPOConfig', 'response_window', 'with_window', 'DPOTrainer', 'load_pairs',
@@ -266,13 +268,11 @@ def load_pairs(cfg: DPOConfig, mcfg, tokenizer_dir, split: str, num_rows: int, s
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        from maxpost.data_sources import with_chat_template
         tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         if cfg.dataset_type == "gsm8k" and not (cfg.hf_path or source):   # as in SFT, a named dataset wins
             if not cfg.load_parameters_path: raise ConfigError("dataset_type=gsm8k samples the model's own answers: "
                                                                "set load_parameters_path", key="load_parameters_path")
             def engine():
-                from maxpost.engine import make_engine
                 return make_engine("native", cfg.load_parameters_path, tok, max_batch=64, max_prefill=512,
                                    max_len=512 + cfg.dpo.rejected_max_tokens, model_name=cfg.model_name or None)
             data, _ = gsm8k_pairs(engine, tok, split, rows or GSM8K_DEFAULT_ROWS,

@@ -18,6 +18,9 @@ import numpy as np
 
 from .data import (BadRow, DataReport, SFTDataIterator, SFTExample, fingerprint, iter_rows, collate, BATCH_KEYS,
                           format_answer, tokenize_sft)
+from .rewards.gsm8k import build_prompt, format_gold
+from .datasets import load_qa_dataset
+from .rewards.answers import extract_answer, is_correct
 
 # %% auto #0
 __all__ = ['GSM8K_PAIR_TEMPLATE', 'preference_columns', 'split_prompt', 'preference_row', 'PreferencePair',
@@ -167,7 +170,7 @@ class PreferenceIterator(SFTDataIterator):
 # %% ../nbs/13b_preference_data.ipynb #895c91a4
 def synthetic_pairs(n: int, vocab_size: int, seed: int = 0) -> list[PreferencePair]:
     "`n` token-level pairs: the reversed prompt in even ids (chosen) and in odd ids (rejected)."
-    from maxpost.sft import synthetic_examples
+    from maxpost.sft import synthetic_examples   # heavy: pulls in jax and flax; this module is numpy only
     out = []
     for e in synthetic_examples(n, vocab_size - 1, "reverse", seed=seed):    # ids < vocab_size - 1: odd ids fit
         even = np.where(e.mask, e.ids - e.ids % 2, e.ids)
@@ -205,7 +208,7 @@ def shared_slots(p: PreferencePair) -> int:
 def collate_shared(pairs: Sequence[PreferencePair], L: int, B: int) -> dict[str, np.ndarray]:
     """[B, L] batch of the contract, row b holding pair b (rows past `len(pairs)` empty): the shared prefix (segment id
     `PREFIX_GROUP`), the chosen branch (+1), the rejected branch (+2), positions continuing from the prefix."""
-    from maxpost.model import PREFIX_GROUP
+    from maxpost.model import PREFIX_GROUP   # heavy: pulls in jax and flax; this module is numpy only
     out = {k: np.zeros((B, L), np.float32 if k == "loss_mask" else np.int32) for k in BATCH_KEYS}
     for row, p in enumerate(pairs):
         K, off = shared_prefix(p), 0
@@ -232,15 +235,12 @@ def gsm8k_pairs(engine, tokenizer, split: str = "train", num_rows: int = 256, *,
     "(rows {prompt, chosen, rejected, row}, provenance) of GSM8K `split`'s first `num_rows` problems; cached."
     # engine: a maxpost.engine Engine (only called on a cache miss; may be a function returning one)
     # model_id: identifies the weights in the cache key and the provenance (e.g. `model_identity(path)`)
-    from maxpost.engine import SamplingParams, chat_prompt_ids
-    from maxpost.rewards.gsm8k import build_prompt, format_gold
-    from maxpost.datasets import load_qa_dataset
-    from maxpost.rewards.answers import extract_answer, is_correct
+    from maxpost.engine import SamplingParams, chat_prompt_ids   # heavy: pulls in jax; this module is numpy only
     settings = {"dataset": "gsm8k", "split": split, "num_rows": num_rows, "template": GSM8K_PAIR_TEMPLATE,
                 "engine": "native", "temperature": temperature, "max_tokens": max_tokens, "seed": seed, "samples": 1}
     key = hashlib.blake2b(json.dumps([model_id, settings], sort_keys=True).encode(), digest_size=8).hexdigest()
     if cache_dir is None:
-        from maxpost.convert.from_gguf import cache_dir as _cache; cache_dir = _cache() / "dpo_pairs"
+        from maxpost.convert.from_gguf import cache_dir as _cache; cache_dir = _cache() / "dpo_pairs"   # heavy: jax, flax
     path, meta_path = Path(cache_dir) / f"{key}.jsonl", Path(cache_dir) / f"{key}.json"
     if path.exists() and meta_path.exists():
         return [json.loads(l) for l in path.read_text().splitlines() if l.strip()], json.loads(meta_path.read_text())

@@ -178,11 +178,11 @@ def make_engine(kind: str = "native", model=None, tokenizer=None, *, dtype=jnp.f
         return mod.VLLMEngine(model=model, tokenizer=tokenizer, dtype=dtype, **kwargs)
     if model is None: raise ValueError("make_engine('native') needs a model (a Decoder or a checkpoint path)")
     if isinstance(model, (str, Path)):
-        from maxpost.checkpoint import load_model
+        from maxpost.checkpoint import load_model   # heavy: pulls in flax; this module stays on jax
         if not Path(model).exists(): raise ValueError(f"no checkpoint or HF model folder at {model}")
         path, model = model, load_model(model, model_name=model_name or None, dtype=dtype)
         if tokenizer is None: tokenizer = load_tokenizer(path)
-    from maxpost.generate import NativeEngine
-    from maxpost.model import Decoder
+    from maxpost.generate import NativeEngine   # circle: maxpost.generate imports this module
+    from maxpost.model import Decoder   # heavy: pulls in flax; this module stays on jax
     if not isinstance(model, Decoder): raise ValueError(f"the native engine needs a maxpost Decoder, not {type(model).__name__}")
     return NativeEngine(model, tokenizer, **kwargs)

@@ -16,12 +16,14 @@ from pydantic import Field, model_validator
 from .config import Config, ConfigError, alias, dump_config, load_config, output_dir, run_cli
 from .distributed import DistributedKeys, gather_json, initialize, is_main_process
 from .engine import ENGINES, SamplingParams, check_engine, load_tokenizer, make_engine
-from .metrics import format_summary, paired_difference, read_jsonl, summarize, write_jsonl
+from .metrics import format_summary, paired_difference, read_jsonl, summarize, write_jsonl, json_default
 from .data_sources import prompt_messages
 from .model import PRESETS, Decoder
 from .rewards.answers import extract_answer, is_correct
 from .rewards.gsm8k import PROMPT_TEMPLATES, build_prompt, format_gold, format_ok, load_gsm8k
 from .datasets import QA_DATASETS, load_qa_dataset
+from .loop import backend_defaults
+from .sharding import make_mesh
 
 # %% auto #0
 __all__ = ['DATASETS', 'EVAL_MODES', 'load_dataset', 'EvalConfig', 'score_results', 'render_prompts', 'headline', 'evaluate',
@@ -180,7 +182,7 @@ def evaluate(model_or_engine, tokenizer, dataset_rows: Sequence[dict], cfg: Eval
         if bar is not None: bar.update(len(idx))
     if bar is not None: bar.close()
     if P > 1:                                          # every process gets every record, in problem order
-        from maxpost.metrics import json_default       # each record as the JSONL line it becomes (key order kept)
+        # each record as the JSONL line it becomes (key order kept)
         got = gather_json({"records": [json.dumps(r, ensure_ascii=False, default=json_default)
                                        for r in records if r is not None], "tokens": ntok})
         ntok = sum(g["tokens"] for g in got)
@@ -246,11 +248,10 @@ def main(argv=None):
                                   f"tokens (template={cfg.prompt_template}, few_shot={cfg.few_shot}); raise it, or use fewer "
                                   f"few-shot examples", key="max_prefill_length")
         import jax.numpy as jnp
-        from maxpost.loop import backend_defaults
         name = backend_defaults()["dtype"] if cfg.dtype == "auto" else cfg.dtype
         dtype = jnp.float32 if name == "float32" else jnp.bfloat16
         import jax
-        from maxpost.sharding import make_mesh      # native: rows over all of this process's chips (maxpost.sampler_mesh)
+        # native: rows over all of this process's chips (maxpost.sampler_mesh)
         extra = dict(max_batch=max(cfg.batch_size, cfg.num_eval_passes), max_prefill=cfg.max_prefill_length,
                      mesh=make_mesh(-1, 1, jax.local_devices())) if cfg.rollout_engine == "native" else {}
         engine = make_engine(cfg.rollout_engine, cfg.load_parameters_path, tokenizer, dtype=dtype,

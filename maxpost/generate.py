@@ -28,6 +28,9 @@ from .lean_sample import head_logits_t, lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
 from .decode_attention import decode_attention_impl
 from .sampler_mesh import check_mesh, constrain_state, data_size, decode_layout, decode_param_shardings, padded_prompts
+from .checkpoint import load_model
+from .rewards import build_prompt, load_gsm8k
+from .convert.from_gguf import embedded_hf
 
 # %% auto #0
 __all__ = ['DECODE_BLOCK', 'DECODE_PROGRAMS', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length',
@@ -438,10 +441,7 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
 # %% ../nbs/06_generate.ipynb #23b3a971
 def benchmark(model_path=None, prompts: int = 8, n: int = 8, max_tokens: int = 256, dtype=jnp.float32) -> dict:
     "Tokens/s of the native engine on SmolLM2 (default): `prompts` GSM8K chat prompts × `n` samples × `max_tokens`."
-    from maxpost.checkpoint import load_model
-    from maxpost.rewards import load_gsm8k, build_prompt
     if model_path is None:
-        from maxpost.convert.from_gguf import embedded_hf
         model_path = embedded_hf("smollm2-135m")
     eng = make_engine("native", str(model_path), dtype=dtype, max_batch=prompts * n)
     ids = [chat_prompt_ids(eng.tokenizer, build_prompt(r["question"], "maxtext_gsm8k")) for r in load_gsm8k("test", prompts)]

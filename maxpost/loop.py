@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 
 from .config import Config, ConfigError, alias, dump_config, output_dir, Finite, Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from .distributed import DistributedKeys, gather_json, is_main_process
+from .sharding import make_mesh, replicated
 
 # %% auto #0
 __all__ = ['BACKEND_DEFAULTS', 'Dtype', 'Beta', 'backend_defaults', 'ModelKeys', 'MeshKeys', 'RunKeys', 'train_state_shardings',
@@ -80,7 +81,6 @@ class MeshKeys(DistributedKeys):
 
     def mesh(self):
         "The mesh of these keys over the first `chips_per_vm` devices of each process (all when 0)."
-        from maxpost.sharding import make_mesh
         n = jax.local_device_count()
         if self.chips_per_vm > n:
             raise ConfigError(f"chips_per_vm={self.chips_per_vm} but jax sees {n} device(s) per process "
@@ -120,7 +120,6 @@ class RunKeys(Config):
 # %% ../nbs/04b_loop.ipynb #95a44591
 def train_state_shardings(mesh, opt, abstract_params, param_shardings) -> dict:
     "Shardings of the state `{step, params, opt_state, rng}`: Adam moments like their params, the rest replicated."
-    from maxpost.sharding import replicated
     rep = replicated(mesh)
     opt_sh = optax.tree_map_params(opt, lambda _, s: s, jax.eval_shape(opt.init, abstract_params), param_shardings,
                                    transform_non_params=lambda _: rep)
@@ -128,7 +127,6 @@ def train_state_shardings(mesh, opt, abstract_params, param_shardings) -> dict:
 
 def jit_sharded(fn: Callable, mesh, in_shardings, out_shardings, donate_argnums=()) -> Callable:
     "`jax.jit(fn)` with these shardings; a `None` entry of `in_shardings`/`out_shardings` means replicated on `mesh`."
-    from maxpost.sharding import replicated
     rep = replicated(mesh)
     fix = lambda t: rep if t is None else t
     ins = tuple(fix(t) for t in in_shardings)

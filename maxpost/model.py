@@ -272,7 +272,7 @@ def masked_attention(cfg: ModelConfig, mask, kv=None, end=None, chunks: int = 8,
         ref = lambda q, k, v: jnp.concatenate([block(q[:, s:s + c], k[:, :s + c], v[:, :s + c], mask[..., s:s + c, :s + c])
                                                for s in range(0, T, c)], axis=1)
         if segment_ids is None or not use_splash(): return ref(q, k, v), None
-        from maxpost.attention import splash_layer
+        from maxpost.attention import splash_layer   # heavy: Pallas' splash kernels (TPU), imported on that path only
         tpu = lambda q, k, v: splash_layer(q, k, v, segment_ids, sliding, scale=cfg.attn_scale, window=cfg.sliding_window,
                                            cap=cfg.attn_logit_softcapping, prefix_group=PREFIX_GROUP)
         return jax.lax.platform_dependent(q, k, v, tpu=tpu, default=ref), None

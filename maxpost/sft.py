@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from pydantic import Field
 
 from .config import ConfigError, PosFloat, PosInt, error_line, user_errors
-from .data_sources import SFT_ALIASES
+from .data_sources import SFT_ALIASES, with_chat_template
 from .loop import MeshKeys, ModelKeys, RunKeys
 from .optimizer import OptimizerKeys
 from .lora import LoRAKeys, LORA_IN_AXES
@@ -31,6 +31,7 @@ from .datasets import DataKeys, read_rows
 from .distributed import is_main_process, main_print, process_allgather
 from .sharding import batch_sharding
 from .trainer import Trainer, load_base, run_training, start_run   # load_base: re-exported, as above
+from .data import SFTDataIterator, SFTExample, load_sft_examples
 
 # %% auto #0
 __all__ = ['BOS', 'SEP', 'EOS', 'SFTConfig', 'cpu_has_bf16', 'SFTTrainer', 'synthetic_examples', 'load_examples', 'batch_rows',
@@ -130,7 +131,6 @@ BOS, SEP, EOS = 1, 2, 3   # ids of the synthetic task's special tokens (0 stays 
 def synthetic_examples(n: int, vocab_size: int, task: str = "reverse", min_len: int = 4, max_len: int = 12,
                        seed: int = 0) -> list:
     "`n` SFTExamples of the toy `task` ('reverse' | 'copy') over ids 4 … vocab_size - 1."
-    from maxpost.data import SFTExample
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -144,7 +144,6 @@ def synthetic_examples(n: int, vocab_size: int, task: str = "reverse", min_len: 
 def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, num_rows: int, seed: int,
                   source: str | None = None) -> list:
     "Tokenized SFTExamples of `split` of `source` (default: the run's dataset); masks on all tokens unless completion-only."
-    from maxpost.data import SFTExample, load_sft_examples
     rows = None if num_rows < 0 else num_rows
     if cfg.dataset_type == "synthetic":
         ex = synthetic_examples(rows or 4096, mcfg.vocab_size, cfg.synthetic_task, seed=seed)
@@ -152,7 +151,6 @@ def load_examples(cfg: SFTConfig, mcfg: ModelConfig, tokenizer_dir, split: str, 
         if tokenizer_dir is None:
             raise ConfigError("a tokenizer is needed: set tokenizer_path or load_parameters_path to a checkpoint with one")
         from transformers import AutoTokenizer
-        from maxpost.data_sources import with_chat_template
         tok = with_chat_template(AutoTokenizer.from_pretrained(str(tokenizer_dir)), cfg.chat_template_path)
         cols = ("eval_data_columns", cfg.eval_data_columns) if split != cfg.train_split else ("train_data_columns", cfg.train_data_columns)
         key, where = ("hf_eval_files", source) if source else ("hf_path", cfg.hf_path)
@@ -201,7 +199,6 @@ def ratio_ci(sums, counts, n_boot: int = 1000, seed: int = 0) -> tuple[float, fl
 def train(cfg: SFTConfig) -> dict:
     "Run (or resume) SFT as `cfg` says (`maxpost.trainer.run_training`); returns a summary (steps, losses, tokens/s, paths)."
     from tqdm.auto import tqdm
-    from maxpost.data import SFTDataIterator
     cfg, mesh = start_run(cfg)                                   # joins a multi-process run, `auto` keys resolved
     B, A = batch_rows(cfg, mesh)
     mcfg, base, tok_dir = load_base(cfg, mesh)

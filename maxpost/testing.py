@@ -18,6 +18,8 @@ from .model import model_config, random_params
 from .rl.config import RLConfig, check_config
 from .rl.rollout import OneStepOff, PromptStream, evaluate_rows
 from .rl.trainer import RLTrainer, make_rollout_engine, rl_step
+from .sft import SFTConfig, SFTTrainer
+from .engine import GenerationResult
 
 # %% auto #0
 __all__ = ['TPU_TRANSCENDENTAL_RTOL', 'addition_sft_batch', 'sft_addition', 'addition_config', 'addition_accuracy',
@@ -48,7 +50,6 @@ def addition_sft_batch(pairs, T: int = 8) -> dict:
 def sft_addition(steps: int = 60, batch: int = 32, learning_rate: float = 1e-2, seed: int = 0,
                  model_name: str = "tiny-llama") -> dict:
     "Params (numpy) of `model_name` fine-tuned with maxpost.sft on all single-digit additions for `steps` steps."
-    from maxpost.sft import SFTConfig, SFTTrainer
     mcfg = model_config(model_name)
     scfg = SFTConfig(model_name=model_name, learning_rate=learning_rate, steps=steps, per_device_batch_size=batch,
                      max_target_length=8, loss_chunk_size=64, warmup_steps_fraction=0.05, adam_weight_decay=0.0)
@@ -110,7 +111,6 @@ class ScriptedModel:
     def __init__(self, scripts: Sequence[Sequence[str]], tokenizer=None):
         self.scripts, self.tok, self.calls = [list(s) for s in scripts], tokenizer or CharTokenizer(), []
     def __call__(self, seqs, turn: int, stream_ids, max_tokens: int) -> list:
-        from maxpost.engine import GenerationResult
         self.calls.append(([list(s) for s in seqs], turn, list(stream_ids), max_tokens))
         out = []
         for i, (s, sid) in enumerate(zip(seqs, stream_ids)):

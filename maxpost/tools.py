@@ -321,7 +321,7 @@ BUILTIN_TOOLS: dict[str, Callable] = {"calculator": calculator, "python": python
 def load_tools(tools: str | Sequence[str] = "", tools_path: str = "", extra: Sequence = (),
                max_chars: int = TOOL_MAX_CHARS) -> ToolBox:
     "The ToolBox of built-in `tools` (names), the functions named by `tools_path` ('mod.py:f1,f2'), then `extra`."
-    from maxpost.rewards.functions import _import_module_from
+    from maxpost.rewards.functions import _import_module_from   # heavy: pulls in numpy and fastcore; this module is stdlib only
     names = [n.strip() for n in (tools.replace(";", ",").split(",") if isinstance(tools, str) else tools) if n.strip()]
     bad = [n for n in names if n not in BUILTIN_TOOLS]
     if bad: raise ValueError(f"tools: unknown built-in tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} "

@@ -17,7 +17,8 @@ from .checkpoint import (HF_GLOBAL, config_from_hf, config_to_hf, hf_layer_names
                                 load_checkpoint, maxpost_to_hf_layer, read_checkpoint_meta)
 from .engine import (EngineUnavailableError, GenerationResult, SamplingParams, apply_stop_strings, check_stream_ids,
                             default_stop_token_ids, encode_prompts, load_tokenizer)
-from .model import ModelConfig, param_shapes
+from .model import ModelConfig, param_shapes, Decoder
+from .checkpoint import write_safetensors
 
 # %% auto #0
 __all__ = ['SETUP_HINT', 'import_vllm', 'hf_weights', 'check_params', 'to_torch', 'request_seed', 'write_hf_folder', 'VLLMEngine',
@@ -84,7 +85,6 @@ def _dtype_name(dtype) -> str:
 def _param_arrays(params) -> dict:
     "name → array from a Decoder, an nnx.State or a dict of arrays."
     from flax import nnx
-    from maxpost.model import Decoder
     if isinstance(params, Decoder): params = params.params_dict()
     if isinstance(params, nnx.State): params = params.to_pure_dict()
     if not isinstance(params, dict): raise TypeError(f"sync_weights wants a Decoder, nnx.State or dict, not {type(params).__name__}")
@@ -92,7 +92,6 @@ def _param_arrays(params) -> dict:
 
 def write_hf_folder(params: dict, cfg: ModelConfig, dest) -> Path:
     "Write `params` (maxpost names) as an HF folder vLLM can load: config.json + float32 model.safetensors."
-    from maxpost.checkpoint import write_safetensors
     dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
     (dest / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=1))
     specs = {name: (tuple(w.shape), np.float32) for name, w in hf_weights(params, cfg)}
@@ -108,7 +107,6 @@ def _reload_pairs(worker, pairs):
 def _engine_model(model, tokenizer, model_name):
     "(cfg, initial params or None, HF folder or None, tokenizer) of a VLLMEngine's `model` argument."
     initial = None                                   # params of a Decoder or maxpost checkpoint
-    from maxpost.model import Decoder
     if isinstance(model, Decoder):
         cfg, initial, hf_dir = model.cfg, model, None
     elif isinstance(model, (str, Path)) and (Path(model) / "maxpost.json").exists():

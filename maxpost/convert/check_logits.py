@@ -14,11 +14,12 @@ import numpy as np
 import ml_dtypes
 
 from ..config import Config, load_config, output_dir, run_cli
-from ..model import ModelConfig, PRESETS, gemma3_layer_types, param_shapes
+from ..model import ModelConfig, PRESETS, gemma3_layer_types, param_shapes, forward_fn, positions_from_mask
 from ..checkpoint import (CheckpointError, HFCheckpoint, atomic_dir, check_against_preset, config_from_hf,
                                 config_to_hf, copy_tokenizer, hf_layer_names, hf_tensor_specs, hf_to_params,
                                 load_checkpoint, maxpost_to_hf_layer, read_checkpoint_meta, save_checkpoint,
                                 write_safetensors, HF_GLOBAL)
+from ..checkpoint import load_model
 
 # %% auto #0
 __all__ = ['PARITY_TEXTS', 'parity_batch', 'compare_logits', 'hf_logits', 'maxpost_logits', 'check_logits', 'CheckLogitsConfig',
@@ -81,7 +82,6 @@ def maxpost_logits(model, ids, mask):
     "A function b -> logits [T, V] (float32 numpy) of row b, from one jitted forward pass over the right-padded batch."
     import jax, jax.numpy as jnp
     from flax import nnx
-    from maxpost.model import positions_from_mask, forward_fn
     mask = jnp.asarray(mask, jnp.int32)
     hidden, _ = forward_fn(model, return_hidden=True)(jnp.asarray(ids, jnp.int32), positions_from_mask(mask), mask)
     graphdef, state = nnx.split(model)
@@ -93,7 +93,6 @@ def check_logits(hf_model_path, load_parameters_path=None, dtype: str = "float32
     "Compare transformers and maxpost logits on the parity batch; maxpost reads `load_parameters_path` or the HF folder."
     import jax.numpy as jnp
     from transformers import AutoTokenizer
-    from maxpost.checkpoint import load_model
     tok = AutoTokenizer.from_pretrained(hf_model_path)
     ids, mask = parity_batch(tok, long_len)
     ref = hf_logits(hf_model_path, ids, mask, dtype)

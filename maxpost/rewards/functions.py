@@ -124,7 +124,7 @@ class SoftOverlongPunishment:
     def __init__(self, max_completion_len: int, soft_punish_cache: int):
         self.max_completion_len, self.soft_punish_cache = int(max_completion_len), int(soft_punish_cache)
     def __call__(self, prompts, completions, **cols) -> list[float]:
-        from maxpost.losses import overlong_penalty
+        from maxpost.losses import overlong_penalty   # heavy: pulls in jax; maxpost.rewards is numpy only
         ids = _column(cols, "completion_ids", len(completions), self.__name__)
         lengths = np.array([len(i) for i in ids])
         if self.soft_punish_cache == 0:            # no ramp: -1 only beyond the budget

@@ -21,6 +21,8 @@ from ..optimizer import OptimizerKeys
 from ..lora import LoRAKeys
 from ..quant import QuantKeys
 from ..losses import IS_MODES, LossConfig, canonical, resolve_loss_config, LOSS_PRESETS
+from ..tools import BUILTIN_TOOLS, load_tools
+from ..engine import check_engine
 
 # %% auto #0
 __all__ = ['LOSS_KEYS', 'LossSection', 'LossPreset', 'EVAL_SAMPLING', 'RL_ALIASES', 'steps_from_batches', 'eval_sampling',
@@ -238,7 +240,6 @@ def _check_keys(cfg: RLConfig):
     if cfg.few_shot and cfg.dataset_type != "gsm8k":
         raise ConfigError("few_shot takes its examples from GSM8K train: it needs dataset_type=gsm8k", key="few_shot")
     if cfg.max_turns < 1: raise ConfigError(f"max_turns must be >= 1, got {cfg.max_turns}", key="max_turns")
-    from maxpost.tools import BUILTIN_TOOLS
     bad = [n for n in (x.strip() for x in cfg.tools.replace(";", ",").split(",")) if n and n not in BUILTIN_TOOLS]
     if bad: raise ConfigError(f"unknown tool(s) {bad}; built-ins: {', '.join(BUILTIN_TOOLS)} (your own: "
                               f"tools_path='path/to/module.py:fn')", key="tools")
@@ -288,7 +289,6 @@ def check_config(cfg: RLConfig) -> LossConfig:
     n = jax.device_count()
     if cfg.chips_per_vm > n:
         raise ConfigError(f"chips_per_vm={cfg.chips_per_vm} but jax sees {n} device(s) ({jax.default_backend()})")
-    from maxpost.engine import check_engine
     check_engine(cfg.rollout_engine)
     if cfg.loss_algo.startswith("gspo") and cfg.loss.epsilon is not None:
         print(f"warning: loss_algo={cfg.loss_algo} with loss.epsilon={cfg.loss.epsilon} (grpo_epsilon/epsilon): maxpost's "
@@ -296,7 +296,6 @@ def check_config(cfg: RLConfig) -> LossConfig:
               f"Your value is used; drop it to keep the paper's.", file=sys.stderr)
     lc = loss_config(cfg)
     if cfg.multi_turn:
-        from maxpost.tools import load_tools
         try: load_tools(cfg.tools, cfg.tools_path)
         except ValueError as e: raise ConfigError(str(e), key="tools_path" if cfg.tools_path else "tools") from None
         if lc.advantage_method == "remax":

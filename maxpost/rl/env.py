@@ -13,9 +13,10 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..tools import ToolBox, plain_chat, run_tool_calls, tools_prompt
-from ..engine import encode_prompt
+from ..tools import ToolBox, plain_chat, run_tool_calls, tools_prompt, parse_tool_calls
+from ..engine import encode_prompt, GenerationResult
 from .rollout import engine_logq
+from ..rewards import combine_rewards
 
 # %% auto #0
 __all__ = ['Environment', 'ToolEnv', 'observation_text', 'Episode', 'episode_prompt_ids', 'multi_turn_rollout', 'engine_generate',
@@ -53,7 +54,6 @@ class ToolEnv:
 
     def reward(self, text: str) -> float:
         "The weighted reward functions on `text` with the row's columns (per-function scores kept in `scores`)."
-        from maxpost.rewards import combine_rewards
         cols = {k: [v] for k, v in self.row.items() if k not in _NOT_COLUMNS}
         if self.answer_column in self.row: cols["answer"] = [self.row[self.answer_column]]
         p = self.row[self.prompt_column]
@@ -165,7 +165,6 @@ def engine_generate(engine, params) -> Callable:
 # %% ../../nbs/10e_rl_env.ipynb #382d74f9
 def episode_results(episodes: Sequence[Episode]) -> list:
     "Episodes as engine results (prompt, then every later token as the completion, with its `loss_mask`) for the trainer."
-    from maxpost.engine import GenerationResult
     out = []
     for i, e in enumerate(episodes):
         P = e.prompt_len
@@ -184,7 +183,6 @@ class ScoredByRun(ToolEnv):
 
 def tool_counts(episodes: Sequence[Episode], per_episode: bool = False) -> dict:
     "Episodes, episodes with a tool call, tool calls, malformed calls and model turns of `episodes` (per_episode: lists)."
-    from maxpost.tools import parse_tool_calls
     calls = [[c for t in e.texts for c in parse_tool_calls(t)] for e in episodes]
     per = {"with_call": [int(bool(c)) for c in calls], "calls": [len(c) for c in calls],
            "malformed": [sum(1 for x in c if "error" in x) for c in calls], "turns": [e.turns for e in episodes]}

@@ -16,6 +16,15 @@ import jax
 from ..config import ConfigError
 from ..datasets import DATASETS, get_dataset, read_rows
 from .config import RLConfig, reward_weights
+from ..rewards import combine_rewards, load_reward_functions
+from ..data_sources import prompt_messages
+from ..engine import SamplingParams, chat_prompt_ids
+from ..tools import load_tools
+from ..data import pack_first_fit
+from ..model import PREFIX_GROUP
+from ..distributed import gather_json
+from ..metrics import bootstrap_ci, wilson_interval
+from ..evaluate import evaluate
 
 # %% auto #0
 __all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_dataset', 'load_prompts', 'PromptStream',
@@ -27,7 +36,6 @@ __all__ = ['TRL_COLUMNS', 'ROW_KEYS', 'load_rewards', 'resolve_columns', 'check_
 def load_rewards(cfg: RLConfig, extra: Sequence[Callable] = ()) -> tuple[list[Callable], list[float]]:
     "(reward functions, weights) named by `reward_functions`, `reward_functions_path`, then `extra`; `reward_weights`."
     # extra: reward functions passed as Python objects (`maxpost.rl.train(cfg, extra_rewards=[...])`), same signature
-    from maxpost.rewards import load_reward_functions
     own = {n: f for d in DATASETS.values() for n, f in d.rewards.items()}    # the built-in datasets' own rewards
     fns = []
     names = [n.strip() for n in cfg.reward_functions.replace(";", ",").split(",") if n.strip()]
@@ -78,14 +86,11 @@ def load_prompts(cfg: RLConfig, tokenizer, split: str, n: int | None) -> tuple[l
     if rows: cfg = resolve_columns(cfg, rows[0])
     _check_columns(cfg, rows, split)
     if tokenizer is None: raise ConfigError("a tokenizer is needed: set tokenizer_path or use a checkpoint with one")
-    from maxpost.data_sources import prompt_messages
-    from maxpost.engine import chat_prompt_ids
     out, skipped = [], 0
     shots = _read_rows(cfg, cfg.train_split, cfg.few_shot) if cfg.few_shot else None
     first = cfg.few_shot if shots and split == cfg.train_split else 0    # the examples are not trained on
     if cfg.multi_turn:
-        from maxpost.tools import load_tools
-        from maxpost.rl.env import episode_prompt_ids
+        from maxpost.rl.env import episode_prompt_ids   # circle: maxpost.rl.env imports this module
         tools = load_tools(cfg.tools, cfg.tools_path).tools
     for i, r in enumerate(rows[first:], start=first):
         msgs = lambda: prompt_messages(r[cfg.prompt_column], cfg.prompt_template, cfg.few_shot, few_shot_examples=shots)
@@ -128,12 +133,10 @@ def round_seed(rng, k: int) -> int:
 
 def greedy_params(cfg: RLConfig):
     "One greedy completion per prompt with the rollout's budget and stop strings: ReMax's baseline."
-    from maxpost.engine import SamplingParams
     return SamplingParams(temperature=0.0, max_tokens=cfg.max_completion_length, n=1, stop=cfg.stop_strings)
 
 def sampling_params(cfg: RLConfig, seed: int):
     "The rollout's SamplingParams: G samples per prompt at the run's temperature / top-k / top-p, with log q."
-    from maxpost.engine import SamplingParams
     return SamplingParams(temperature=cfg.decode_sampling_temperature, top_k=cfg.decode_sampling_top_k,
                           top_p=cfg.decode_sampling_nucleus_p, max_tokens=cfg.max_completion_length,
                           n=cfg.num_generations, seed=seed, sampling_logprobs=True, stop=cfg.stop_strings)
@@ -142,7 +145,6 @@ _NOT_COLUMNS = ("prompt_ids", "prompt", "dataset_index", "prompt_messages")
 
 def score(rows: list, results: list, fns, weights, answer_column: str = "answer"):
     "(total rewards [N], per-function [N] each, error counts) for `results` of `rows` (G per row)."
-    from maxpost.rewards import combine_rewards
     G = len(results) // len(rows)
     cols = {k: [rows[i // G][k] for i in range(len(results))] for k in rows[0] if k not in _NOT_COLUMNS}
     cols["answer"] = cols[answer_column]            # reward functions read the reference answer as `answer`
@@ -161,8 +163,7 @@ def collect_rollout(cfg: RLConfig, lc, rng, engine, stream: PromptStream, fns, w
     t = {"rollout": 0.0, "reward": 0.0}
     box = tool_counts = None
     if cfg.multi_turn:                           # episodes of maxpost.rl.env: the tools' results between model turns
-        from maxpost.tools import load_tools
-        from maxpost.rl.env import tool_rollout
+        from maxpost.rl.env import tool_rollout   # circle: maxpost.rl.env imports this module
         box, tool_counts = load_tools(cfg.tools, cfg.tools_path), {}
     kept_rows, kept_res, kept_r, kept_fn, kept_b, spare, dropped, errors, rounds = [], [], [], [], [], [], 0, {}, 0
     def rewarded(rows, res):                     # scores, then DAPO's length penalty when on
@@ -294,8 +295,6 @@ def pack_rollout(results, T: int, bucket: int = 64, num_minibatches: int = 1, ro
     share_prompt: consecutive results of one minibatch with the same prompt are one item, a prefix group
     (`maxpost.model.PREFIX_GROUP`): the prompt once, then each completion seeing it; L is then rounded to
     `bucket`·(2^k or 3·2^k). A group longer than `window` (sliding attention counts slots) is packed unshared."""
-    from maxpost.data import pack_first_fit
-    from maxpost.model import PREFIX_GROUP
     B, M = len(results), num_minibatches
     b = B // M
     prompts = [list(r.prompt_token_ids) for r in results]
@@ -345,7 +344,6 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
     """Per-function scores [len(rows)·n] and the total, of `n` samples per row (prompt-major), and `_n` = n.
     tools (a maxpost.tools.ToolBox): each sample is an episode (maxpost.rl.env.tool_rollout) of at most `max_turns`
     turns of `max_tokens` and `max_length` tokens in all, scored on its final turn, with its tool counts."""
-    from maxpost.engine import SamplingParams
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, n=n, seed=seed, top_k=top_k, top_p=top_p,
                         stop=stop)
     P, me = jax.process_count(), jax.process_index()
@@ -355,7 +353,7 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
     sub, counts = [rows[i] for i in mine], {}
     if tools is None: res = engine.generate([r["prompt_ids"] for r in sub], sp, stream_ids=ids)
     else:
-        from maxpost.rl.env import tool_rollout
+        from maxpost.rl.env import tool_rollout   # circle: maxpost.rl.env imports this module
         if max_length is None: raise ValueError("evaluate_rows with tools needs max_length, an episode's token budget")
         res, c = tool_rollout(engine, sub, sp, tools, max_turns, max_length, ids, per_episode=True)
         counts = {f"_{k}": np.asarray(v) for k, v in c.items()}     # _with_call, _calls, _malformed, _turns
@@ -363,7 +361,6 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
     out = {"total": total, **per_fn, "_lengths": np.array([len(r.token_ids) for r in res]),
            "_truncated": np.array([r.finish_reason == "length" for r in res]), **counts}
     if P > 1:                                     # prompt-major [len(rows)·n] arrays in the one-process order
-        from maxpost.distributed import gather_json
         parts = gather_json({k: np.asarray(v).tolist() for k, v in out.items()})
         full = {k: np.zeros((len(rows), n), np.asarray(v).dtype) for k, v in out.items()}
         for p, part in enumerate(parts):
@@ -374,7 +371,6 @@ def evaluate_rows(engine, rows: list, fns, weights, n: int = 1, temperature: flo
 # %% ../../nbs/10b_rl_rollout.ipynb #f7007e81
 def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     "name → {mean, lo, hi, n}: 95% intervals over prompts (Wilson for one 0/1 sample per prompt, else bootstrap)."
-    from maxpost.metrics import bootstrap_ci, wilson_interval
     K = int(scores.get("_n", 1))
     out = {}
     for k, v in scores.items():
@@ -392,7 +388,6 @@ def summarize_eval(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
 # %% ../../nbs/10b_rl_rollout.ipynb #c6468169
 def summarize_tools(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     "tools/call_rate, tools/turns_mean, tools/malformed_rate of episodes' counts (evaluate_rows with tools), 95% intervals over prompts."
-    from maxpost.metrics import bootstrap_ci, wilson_interval
     K = int(scores.get("_n", 1))
     c = {k: np.asarray(scores[f"_{k}"], np.float64).reshape(-1, K) for k in ("with_call", "calls", "malformed", "turns")}
     P = c["turns"].shape[0]                                               # [P, K] each
@@ -412,7 +407,6 @@ def summarize_tools(scores: dict, n_boot: int = 1000, seed: int = 0) -> dict:
 # %% ../../nbs/10b_rl_rollout.ipynb #26f46885
 def evaluate_gsm8k(engine, tokenizer, rows: list, cfg: RLConfig, seed: int, out_dir) -> dict:
     "maxpost.evaluate on question/answer `rows` (accuracy, format accuracy, … with 95% CIs), as name → {mean, lo, hi, n}."
-    from maxpost.evaluate import evaluate
     K, temp = cfg.num_eval_passes, cfg.eval_temperature
     mode = cfg.eval_mode or ("pass_at_1" if K == 1 and temp == 0 else "pass")
     ecfg = dict(eval_mode=mode, num_eval_passes=K, decode_sampling_temperature=temp,

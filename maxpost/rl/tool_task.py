@@ -16,6 +16,8 @@ import numpy as np
 from ..tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolBox, load_tools, run_tool_calls
 from ..addition import addition_answer
 from .env import episode_prompt_ids, observation_text
+from ..model import model_config, random_params
+from ..sft import SFTConfig, SFTTrainer
 
 # %% auto #0
 __all__ = ['CALC_OPEN', 'CALC_CLOSE', 'factor_range', 'ToolDigitTokenizer', 'multiplication_rows', 'multiplication_split',
@@ -117,8 +119,6 @@ def warm_start(rows: Sequence[dict], p_tool: float = 0.25, steps: int = 100, cal
                learning_rate: float = 1e-2, mix_learning_rate: float = 1e-3, batch: int = 32, seed: int = 0,
                model_name: str = "tiny-llama", T: int = 64) -> dict:
     "Params (numpy) of `model_name` from a random init: SFT on calculator episodes, then on a mix (a call w.p. `p_tool`)."
-    from maxpost.model import model_config, random_params
-    from maxpost.sft import SFTConfig, SFTTrainer
     if not 0 <= p_tool <= 1: raise ValueError(f"p_tool must be in [0, 1], got {p_tool}")
     mcfg, box, rng = model_config(model_name), load_tools("calculator"), np.random.default_rng(seed)
     params = random_params(mcfg, seed)

@@ -40,6 +40,9 @@ from .config import RLConfig, check_config, importance_sampling
 from .rollout import (OneStepOff, PromptStream, collect_rollout, check_dataset, evaluate_gsm8k, evaluate_rows, load_prompts,
                                 load_rewards, pack_rollout, rollout_arrays, round_seed, sampling_params, score, summarize_eval,
                                 ROW_KEYS)
+from ..tools import load_tools
+from ..engine import load_tokenizer, make_engine
+from ..checkpoint import empty_decoder
 
 # %% auto #0
 __all__ = ['token_logps_entropy', 'RLTrainer', 'training_batch', 'minibatch', 'rl_step', 'evaluate_policy', 'load_policy_base',
@@ -333,7 +336,6 @@ def evaluate_policy(cfg: RLConfig, engine, rows: list, fns, weights, seed: int =
     "name → {mean, lo, hi, n} of the run's rewards on `rows` (episodes with the tools on a multi-turn run), with 95% intervals."
     tools = None
     if cfg.multi_turn:
-        from maxpost.tools import load_tools
         tools = load_tools(cfg.tools, cfg.tools_path)
     scores = evaluate_rows(engine, rows, fns, weights, cfg.num_eval_passes, cfg.eval_temperature, seed,
                            cfg.max_completion_length, cfg.answer_column, top_k=cfg.eval_top_k, top_p=cfg.eval_top_p,
@@ -347,7 +349,6 @@ def evaluate_policy(cfg: RLConfig, engine, rows: list, fns, weights, seed: int =
 # %% ../../nbs/10c_rl_trainer.ipynb #50ec98e7
 def load_policy_base(cfg: RLConfig, mesh=None):
     "(model config, base params, tokenizer) of the run (`maxpost.trainer.load_base`); a checkpoint of another model raises."
-    from maxpost.engine import load_tokenizer
     mcfg, params, tok_dir = load_base(cfg, mesh)
     own = get_dataset(cfg.dataset_type).tokenizer                 # a built-in task's own tokenizer (addition)
     tok = own() if own else load_tokenizer(tok_dir) if tok_dir is not None else None
@@ -356,8 +357,6 @@ def load_policy_base(cfg: RLConfig, mesh=None):
 # %% ../../nbs/10c_rl_trainer.ipynb #7070d13a
 def make_rollout_engine(cfg: RLConfig, trainer: RLTrainer, state, tokenizer):
     "The rollout engine over the policy's current weights."
-    from maxpost.checkpoint import empty_decoder
-    from maxpost.engine import make_engine
     stop = get_dataset(cfg.dataset_type).stop_token_ids          # a built-in task's own stop ids; None: EOS
     T = cfg.max_prefill_predict_length + cfg.max_completion_length
     # multi-turn: a turn's prompt is the episode so far (at most T tokens), then at most one turn's budget
