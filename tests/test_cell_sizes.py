@@ -51,7 +51,7 @@ def test_import_checker(tmp_path):
         "from maxpost.config import Config\n"               # 1  module top: fine
         "def f():\n"                                        # 2
         "    import json\n"                                 # 3  not maxpost: not checked
-        "    from maxpost.model import Decoder\n"           # 4  no reason: listed
+        "    from maxpost.model import Decoder  # the model\n"   # 4  a comment that gives no reason: listed
         "    from .engine import make_engine  # circle: maxpost.engine imports this module\n"   # 5  fine
         "    # heavy: pulls in flax\n"                      # 6
         "    from maxpost.checkpoint import load_model\n"   # 7  comment line above: fine
@@ -65,5 +65,5 @@ def test_import_checker(tmp_path):
         "    from maxpost.data import SFTExample\n"         # 15 class body, not a function: not checked
         "    def h(self): from maxpost.loop import backend_defaults\n")   # 16 listed
     assert [(n, t) for _, n, t in uncommented([m])] == [
-        (4, "from maxpost.model import Decoder"), (9, "from . import sft"), (11, "import maxpost.rl as rl"),
+        (4, "from maxpost.model import Decoder  # the model"), (9, "from . import sft"), (11, "import maxpost.rl as rl"),
         (16, "def h(self): from maxpost.loop import backend_defaults")]

@@ -3,8 +3,8 @@
     python tools/check_imports.py [maxpost/X.py …]
 
 maxpost imports its own modules at the top of each module, so that the import graph reads from the tops. An import
-stays inside a function only with its reason in a comment on its line or on a comment line just above it, e.g.
-`# circle: maxpost.X imports this module` or `# heavy: pulls in flax`. Prints `path:line: import` for every
+stays inside a function only with its reason in a comment on its line or on a comment line just above it, a
+comment that starts with `circle`, `heavy` or `optional`: `# circle: maxpost.X imports this module`, `# heavy: pulls in flax`. Prints `path:line: import` for every
 function-level import of maxpost (`from .x import …`, `from maxpost.x import …`, `import maxpost.x`) without one and
 exits 1 if there is any. Standard library only (`ast`, `tokenize`). `tests/test_cell_sizes.py` runs `uncommented`
 over maxpost/.
@@ -20,11 +20,14 @@ def _is_maxpost(node) -> bool:
     if isinstance(node, ast.ImportFrom): return node.level > 0 or own(node.module or "")
     return any(own(a.name) for a in node.names)
 
+REASONS = ("circle", "heavy", "optional")    # the kinds of reason a comment may give: `# heavy: pulls in flax`
+
 def _comments(src: str) -> dict[int, bool]:
-    "line → whether the line is a comment only (True) or code with a trailing comment (False), for lines with one."
+    """line → whether the line is a comment only (True) or code with a trailing comment (False), for lines whose comment
+    gives a reason (it starts with one of REASONS)."""
     out = {}
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-        if tok.type == tokenize.COMMENT:
+        if tok.type == tokenize.COMMENT and tok.string.lstrip("# ").startswith(REASONS):
             row, col = tok.start
             out[row] = not tok.line[:col].strip()
     return out
