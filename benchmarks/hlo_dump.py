@@ -18,6 +18,8 @@ def main(argv):
 
     def memory(compiled):
         open(f"{prefix}.{n[0]}.hlo", "w").write(compiled.as_text()); n[0] += 1
+        ca = compiled.cost_analysis(); ca = ca[0] if isinstance(ca, list) else ca
+        print(f"cost analysis: {ca.get('flops', 0) / 1e12:.3f} TFLOP, {ca.get('bytes accessed', 0) / 2**30:.2f} GiB accessed")
         return orig(compiled)
     aot.memory = memory
     aot.check(mode, kv, topo)
