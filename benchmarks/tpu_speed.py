@@ -123,7 +123,9 @@ def main():
     ap.add_argument("--device-params", action="store_true",
                     help="draw the random weights with the Decoder's init on the device (Gemma 3 1B: 115 s on a v5e "
                          "host, against about 25 s for the numpy draw)")
-    ap.add_argument("--attention", default="xla,splash", help="maxpost's variants to run on a TPU")
+    ap.add_argument("--attention", default="xla,splash",
+                    help="maxpost's variants to run on a TPU; a '-kept' suffix (xla-kept) runs a trained head's "
+                         "second pass with kept tiles, as on a CPU (maxpost.head_loss._fused's outer=False)")
     ap.add_argument("configs", nargs="+", help="mode:B:T:remat")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True); os.environ["OUT"] = a.out
@@ -131,7 +133,8 @@ def main():
     import jax
     from probe_common import device_random_params, hbm, log, matmul_peak, sft_batch, short_err
     from sft_sweep import LORA_TARGETS, run_config
-    from maxpost.model import model_config
+    from maxpost.model import model_config, tpu_lowering
+    import maxpost.head_loss as head_loss
     tpu = jax.default_backend() == "tpu"
     log("tpu_speed", {"event": "start", "devices": str(jax.devices()), "jax": jax.__version__,
                       "import_s": round(time.perf_counter() - t_start, 1)})
@@ -167,15 +170,17 @@ def main():
                                                                              a.steps, peak, "bfloat16", c))
             finally: maxpost.sft.SFTConfig = orig
             continue
-        for att in (a.attention.split(",") if tpu else ["xla"]):
-            if att == "splash": os.environ["MAXPOST_ATTENTION"] = "splash"
+        for att in [v for v in a.attention.split(",") if tpu or not v.startswith("splash")]:
+            kind, _, variant = att.partition("-")   # "-kept": the trained head's second pass as on a CPU
+            if kind == "splash": os.environ["MAXPOST_ATTENTION"] = "splash"
             else: os.environ.pop("MAXPOST_ATTENTION", None)
+            head_loss.tpu_lowering = (lambda: False) if variant == "kept" else tpu_lowering
             res[att] = attempt(f"maxpost-{att} {c}", lambda: run_config(mcfg, base, a.model, mode, B, T, remat, a.steps,
                                                                          peak, "bfloat16", c))
             if not a.no_profile:
                 attempt(f"profile maxpost-{att} {c}", lambda: profile(mcfg, base, a.model, mode, B, T, remat, 3, c,
                                                                        sft_batch, LORA_TARGETS))
-        os.environ.pop("MAXPOST_ATTENTION", None)
+        os.environ.pop("MAXPOST_ATTENTION", None); head_loss.tpu_lowering = tpu_lowering
         if remat == "none" and not a.no_tunix:
             from sft_vs_tunix import run_tunix
             res["tunix"] = attempt(f"tunix {c}", lambda: run_tunix(a.model, mode, B, T, a.steps, peak, N, c))
@@ -185,6 +190,8 @@ def main():
                               **{f"maxpost_{k}_over_tunix": round(v / tps["tunix"], 3) for k, v in tps.items() if k != "tunix"}})
         if "splash" in tps and "xla" in tps:
             log("tpu_speed", {"event": "ratio", "config": c, "splash_over_xla": round(tps["splash"] / tps["xla"], 3)})
+        if "xla-kept" in tps and "xla" in tps:
+            log("tpu_speed", {"event": "ratio", "config": c, "xla_over_xla_kept": round(tps["xla"] / tps["xla-kept"], 3)})
     log("tpu_speed", {"event": "end", "total_s": round(time.perf_counter() - t_start, 1), "hbm": hbm()})
 
 

@@ -13,7 +13,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from .model import Decoder
+from .model import Decoder, tpu_lowering
 
 # %% auto #0
 __all__ = ['VOCAB_BLOCK', 'FUSED_CHUNK', 'map_position_chunks', 'token_nll', 'masked_mean', 'head_tiles', 'fused_nll_sum',
@@ -136,35 +136,68 @@ def _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature: float, block: int):
         return acc + _mm("cv,vd->cd", g, _rows(wb, lo, size)), dw
     return _over_blocks(V, block, fn, (jnp.zeros((c, d), jnp.float32), dw))
 
+# %% ../nbs/05c_head_loss.ipynb #hlgb0002
+def _grad_blocks(hs, ws, ys, lse, wm, wb, cap, temperature: float, block: int, dw_dtype):
+    """(∂/∂h [n, c, d] float32, ∂/∂w [V, d] in dw_dtype) of Σ ws·NLL for chunks hs [n, c, d] with weights ws and
+    targets ys [n, c] and their log-sum-exp lse [n, c]: vocabulary blocks outside, chunks inside, logits recomputed."""
+    (n, c, d), V = hs.shape, wm.shape[0]
+    vb = _block_rows(V, block)
+    def one_block(lo, size, dh):
+        wmb, wbb = _rows(wm, lo, size), _rows(wb, lo, size)
+        def chunk(i, cr):
+            dwb, dh = cr
+            hc, yc, wc = hs[i], ys[i], ws[i]
+            z, k = _scaled(jnp.einsum("cd,vd->cv", hc, wmb, preferred_element_type=jnp.float32), cap, temperature)
+            g = (jnp.exp(z - lse[i][:, None]) - (yc[:, None] - lo == jnp.arange(size)[None, :])) * wc[:, None]
+            if k is not None: g = g * k
+            return dwb + _mm("cv,cd->vd", g, hc), dh.at[i].add(_mm("cv,vd->cd", g, wbb))
+        dwb, dh = jax.lax.fori_loop(0, n, chunk, (jnp.zeros((size, d), jnp.float32), dh))
+        return dh, dwb.astype(dw_dtype)
+    nb, tail = V // vb, V % vb
+    dh, dws = jax.lax.scan(lambda dh, i: one_block(i * vb, vb, dh), jnp.zeros((n, c, d), jnp.float32), jnp.arange(nb))
+    dw = dws.reshape(nb * vb, d)
+    if tail:
+        dh, dwt = one_block(nb * vb, tail, dh)
+        dw = jnp.concatenate([dw, dwt])
+    return dh, dw
+
+
 # %% ../nbs/05c_head_loss.ipynb #5775d77e
 def _fused(h, w, targets, weights, cap, chunk, need_dh, need_dw, mm_dtype=None, block=VOCAB_BLOCK,
-           temperature: float = 1.0, entropy: bool = False):
+           temperature: float = 1.0, entropy: bool = False, outer: bool | None = None):
     """(NLL [N], ∂/∂h [N, d], ∂/∂w [V, d], entropy [N]) of softmax(z/τ), the gradients those of Σ weights·NLL (None
     unless asked; entropy None unless asked), in [chunk, block] logit tiles.
-    mm_dtype: the head matmuls' input dtype (float32 accumulation); None: h's dtype."""
+    mm_dtype: the head matmuls' input dtype (float32 accumulation); None: h's dtype.
+    outer: a trained head's second pass with the vocabulary blocks outside (None: where lowered for a TPU)."""
     N, d = h.shape
     wm = w.astype(mm_dtype or h.dtype)              # the logits' matmul input, cast once, not per tile
     wb = w.astype(mm_dtype or jnp.float32)          # the backward's (float32 unless bf16_matmuls, as before)
     wts = weights.astype(jnp.float32)
     c = max(1, min(chunk, N)); n = -(-N // c); pad = n * c - N
+    outer = need_dw and (tpu_lowering() if outer is None else outer)
     one_pass = need_dh and not need_dw             # ∂S/∂h alone: accumulated online with the log-sum-exp
+    keep = need_dw and not outer                   # the tiles, kept for `_grad_pass`
     def body(dw, x):
         hc, wc = x
-        lse, ent, ph, zs = _lse_pass(hc, wm, wb, cap, temperature, block, need_dw, one_pass, entropy)
-        if need_dw: ph, dw = _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature, block)
+        lse, ent, ph, zs = _lse_pass(hc, wm, wb, cap, temperature, block, keep, one_pass, entropy)
+        if keep: ph, dw = _grad_pass(hc, wc, lse, dw, zs, wb, cap, temperature, block)
         elif one_pass: ph = ph * wc[:, None]
         return dw, (lse, ent, ph)
-    dw0 = jnp.zeros(w.shape, jnp.float32) if need_dw else None
-    dw, (lse, ent, ph) = jax.lax.scan(body, dw0, (_chunked(h.astype(wm.dtype), c, n, pad), _chunked(wts, c, n, pad)))
+    dw0 = jnp.zeros(w.shape, jnp.float32) if keep else None
+    hs, ws = _chunked(h.astype(wm.dtype), c, n, pad), _chunked(wts, c, n, pad)
+    dw, (lse, ent, ph) = jax.lax.scan(body, dw0, (hs, ws))
+    if outer:                                      # the targets' terms are in the tiles
+        ph, dw = _grad_blocks(hs, ws, _chunked(targets, c, n, pad), lse, wm, wb, cap, temperature, block, w.dtype)
     wt = w[targets].astype(jnp.float32)            # the targets' logits and their e_y terms, by a gather
     zt, kt = _scaled(jnp.einsum("nd,nd->n", h.astype(jnp.float32), wt), cap, temperature)
     nll = lse.reshape(-1)[:N] - zt
     ent = None if ent is None else ent.reshape(-1)[:N]
     if not need_dh: return nll, None, None, ent
     gt = wts if kt is None else kt * wts
-    dh = (ph.reshape(-1, d)[:N] - gt[:, None] * wt).astype(h.dtype)
-    if need_dw: dw = dw.at[targets].add(-gt[:, None] * h.astype(jnp.float32))
-    return nll, dh, dw, ent
+    dh = ph.reshape(-1, d)[:N] - (0 if outer else gt[:, None] * wt)
+    if keep: dw = dw.at[targets].add(-gt[:, None] * h.astype(jnp.float32))
+    return nll, dh.astype(h.dtype), dw, ent
+
 
 # %% ../nbs/05c_head_loss.ipynb #af3e468e
 @partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
