@@ -72,6 +72,33 @@ def trace_ops(d: str) -> list[tuple[str, float, float]]:
     return [(e["name"], float(e.get("ts", 0)), float(e.get("dur", 0))) for e in ev if e.get("ph") == "X" and "name" in e]
 
 
+def traced(run, idx: dict, steps: int, n_top: int = 30) -> dict:
+    """Profile `run()` (which runs `steps` steps of the compiled program whose `hlo_index` is idx and waits for them):
+    wall and device-busy time per step, op time by class, and the `n_top` slowest ops per step."""
+    import jax
+    d = tempfile.mkdtemp()
+    t0 = time.perf_counter()
+    with jax.profiler.trace(d, create_perfetto_trace=True): run()
+    wall = (time.perf_counter() - t0) / steps
+    by, n_ops, spans, per_op = collections.Counter(), 0, [], collections.Counter()
+    container = re.compile(r"\b(while|conditional|call|async-start|async-done)\(")
+    for name, ts, us in trace_ops(d):
+        if name not in idx or container.search(idx[name][1]): continue     # a loop's event spans its body's ops
+        by[op_class(name, *idx[name])] += us / 1e6 / steps; n_ops += 1; spans.append((ts, ts + us))
+        per_op[name] += us / 1e3 / steps
+    shape = lambda body: (re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+ = ([^ ]+)", body) or [None, ""])[1][:60]
+    top = [{"op": k, "class": op_class(k, *idx[k]), "ms_per_step": round(v, 4), "shape": shape(idx[k][1]),
+            "op_name": idx[k][0][-120:]} for k, v in per_op.most_common(n_top)]
+    busy, end = 0.0, -1.0                                                  # the union of the ops' intervals
+    for a, b in sorted(spans):
+        if b > end: busy += b - max(a, end); end = b
+    busy = busy / 1e6 / steps
+    return {"profile_wall_step_s": round(wall, 4), "device_busy_s": round(busy, 4),
+            "host_or_idle_share": round(1 - busy / wall, 3) if wall else None, "ops_traced": n_ops,
+            "by_class_s": {k: round(v, 4) for k, v in by.most_common()},
+            "by_class_share": {k: round(v / busy, 3) for k, v in by.most_common()} if busy else {}, "top_ops": top}
+
+
 def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_targets):
     "Trace `steps` steps of the compiled step after a warm-up; op time by class, per step."
     import jax
@@ -84,30 +111,12 @@ def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_ta
     comp = tr._step.lower(st, tr.frozen, db).compile()
     idx = hlo_index(comp.as_text())
     for _ in range(2): st, m = comp(st, tr.frozen, db); float(m["loss"])
-    d = tempfile.mkdtemp()
-    t0 = time.perf_counter()
-    with jax.profiler.trace(d, create_perfetto_trace=True):
-        for _ in range(steps): st, m = comp(st, tr.frozen, db)
+    state = [st]
+    def run():
+        for _ in range(steps): state[0], m = comp(state[0], tr.frozen, db)
         float(m["loss"])
-    wall = (time.perf_counter() - t0) / steps
-    by, n_ops, spans, per_op = collections.Counter(), 0, [], collections.Counter()
-    container = re.compile(r"\b(while|conditional|call|async-start|async-done)\(")
-    for name, ts, us in trace_ops(d):
-        if name not in idx or container.search(idx[name][1]): continue     # a loop's event spans its body's ops
-        by[op_class(name, *idx[name])] += us / 1e6 / steps; n_ops += 1; spans.append((ts, ts + us))
-        per_op[name] += us / 1e3 / steps
-    shape = lambda body: (re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+ = ([^ ]+)", body) or [None, ""])[1][:60]
-    top = [{"op": k, "class": op_class(k, *idx[k]), "ms_per_step": round(v, 4), "shape": shape(idx[k][1]),
-            "op_name": idx[k][0][-120:]} for k, v in per_op.most_common(30)]
-    busy, end = 0.0, -1.0                                                  # the union of the ops' intervals
-    for a, b in sorted(spans):
-        if b > end: busy += b - max(a, end); end = b
-    busy = busy / 1e6 / steps
-    rec = {"tag": tag, "attention": os.environ.get("MAXPOST_ATTENTION", "xla"), "profile_wall_step_s": round(wall, 4),
-           "device_busy_s": round(busy, 4), "host_or_idle_share": round(1 - busy / wall, 3) if wall else None,
-           "ops_traced": n_ops, "by_class_s": {k: round(v, 4) for k, v in by.most_common()},
-           "by_class_share": {k: round(v / busy, 3) for k, v in by.most_common()} if busy else {}, "top_ops": top}
-    del st, m, db, comp, tr
+    rec = {"tag": tag, "attention": os.environ.get("MAXPOST_ATTENTION", "xla"), **traced(run, idx, steps)}
+    del st, state, db, comp, tr
     return rec
 
 

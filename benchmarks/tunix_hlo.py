@@ -19,13 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sft_throughput as st
 
 
-def build(model: str, mode: str, B: int, T: int, topology: str):
-    "(jitted step, its abstract arguments) of Tunix's train step on `topology`'s devices."
+def build(model: str, mode: str, B: int, T: int, topology: str | None):
+    """(jitted step, its abstract arguments) of Tunix's train step on `topology`'s devices; topology None: on this
+    process's devices, with real arguments (Tunix's random weights, random tokens; benchmarks/tunix_profile.py)."""
     import qwix
     from flax import nnx
     from tunix.models.gemma3 import model as gm
     from tunix.sft import peft_trainer, utils as su
-    devs = aot.topology_devices(topology)
+    devs = aot.topology_devices(topology) if topology else jax.devices()
     mesh = jax.sharding.Mesh(np.array(devs).reshape(len(devs), 1), ("fsdp", "tp"))
     cfg = st.tunix_model_config(model); cfg.param_dtype = jnp.bfloat16
     scfg = st.sft_config("unused", mode, B, T, "bfloat16")
@@ -40,11 +41,10 @@ def build(model: str, mode: str, B: int, T: int, topology: str):
         opt = nnx.Optimizer(m, st.tunix_optimizer(scfg), wrt=nnx.LoRAParam if mode == "lora" else nnx.Param)
         return m, opt
     with mesh:
-        abs_m, abs_opt = nnx.eval_shape(make)
-    graphdef, state = nnx.split((abs_m, abs_opt))
+        graphdef, state = nnx.split(nnx.eval_shape(make) if topology else make())
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     place = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep)
-    state = jax.tree.map(place, state)
+    if topology: state = jax.tree.map(place, state)
     trainer = peft_trainer.PeftTrainer.__new__(peft_trainer.PeftTrainer)   # only its step's pieces, no weights
     trainer.loss_fn, trainer._has_aux, trainer._lora_enabled = peft_trainer._default_loss_fn, False, mode == "lora"
     def gen_input(x):
@@ -57,6 +57,9 @@ def build(model: str, mode: str, B: int, T: int, topology: str):
         loss, _, gnorm = trainer._train_step(m, opt, (tokens, mask))
         return nnx.state((m, opt)), loss, gnorm
     f = jax.jit(step, donate_argnums=0)
+    if not topology:
+        tokens = jax.device_put(jnp.asarray(np.random.default_rng(0).integers(0, cfg.num_embed, (B, T)), jnp.int32), rep)
+        return f, (jax.device_put(state, rep), tokens, jax.device_put(jnp.ones((B, T), bool), rep))
     return f, (state, place(toks), jax.ShapeDtypeStruct((B, T), jnp.bool_, sharding=rep))
 
 
