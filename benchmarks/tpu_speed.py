@@ -99,7 +99,7 @@ def traced(run, idx: dict, steps: int, n_top: int = 30) -> dict:
             "by_class_share": {k: round(v / busy, 3) for k, v in by.most_common()} if busy else {}, "top_ops": top}
 
 
-def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_targets):
+def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_targets, n_top=30):
     "Trace `steps` steps of the compiled step after a warm-up; op time by class, per step."
     import jax
     from maxpost.sft import SFTConfig, SFTTrainer
@@ -115,7 +115,7 @@ def profile(mcfg, base, model, mode, B, T, remat, steps, tag, sft_batch, lora_ta
     def run():
         for _ in range(steps): state[0], m = comp(state[0], tr.frozen, db)
         float(m["loss"])
-    rec = {"tag": tag, "attention": os.environ.get("MAXPOST_ATTENTION", "xla"), **traced(run, idx, steps)}
+    rec = {"tag": tag, "attention": os.environ.get("MAXPOST_ATTENTION", "xla"), "variant": os.environ.get("MAXPOST_VARIANT", ""), **traced(run, idx, steps, n_top)}
     del st, state, db, comp, tr
     return rec
 
@@ -133,8 +133,10 @@ def main():
                     help="draw the random weights with the Decoder's init on the device (Gemma 3 1B: 115 s on a v5e "
                          "host, against about 25 s for the numpy draw)")
     ap.add_argument("--attention", default="xla,splash",
-                    help="maxpost's variants to run on a TPU; a '-kept' suffix (xla-kept) runs a trained head's "
-                         "second pass with kept tiles, as on a CPU (maxpost.head_loss._fused's outer=False)")
+                    help="maxpost's variants to run on a TPU; a suffix of '+'-joined tags: kept (xla-kept) runs a "
+                         "trained head's second pass with kept tiles, as on a CPU (maxpost.head_loss._fused's "
+                         "outer=False); unroll (xla-unroll) runs with scan_layers=false")
+    ap.add_argument("--top", type=int, default=30, help="the profile's slowest ops kept in its record")
     ap.add_argument("configs", nargs="+", help="mode:B:T:remat")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True); os.environ["OUT"] = a.out
@@ -144,6 +146,8 @@ def main():
     from sft_sweep import LORA_TARGETS, run_config
     from maxpost.model import model_config, tpu_lowering
     import maxpost.head_loss as head_loss
+    import maxpost.sft
+    sft_config = maxpost.sft.SFTConfig
     tpu = jax.default_backend() == "tpu"
     log("tpu_speed", {"event": "start", "devices": str(jax.devices()), "jax": jax.__version__,
                       "import_s": round(time.perf_counter() - t_start, 1)})
@@ -171,7 +175,6 @@ def main():
         mode, _, qtype = mode.partition("-")
         res = {}
         if qtype:                                   # QLoRA: the same run with the base quantized, XLA attention only
-            import maxpost.sft
             orig = maxpost.sft.SFTConfig
             maxpost.sft.SFTConfig = lambda **kw: orig(**kw, lora_weight_qtype=qtype)
             try:
@@ -181,15 +184,19 @@ def main():
             continue
         for att in [v for v in a.attention.split(",") if tpu or not v.startswith("splash")]:
             kind, _, variant = att.partition("-")   # "-kept": the trained head's second pass as on a CPU
+            tags = set(variant.split("+")) - {""}   # "+"-joined: kept, unroll (scan_layers=false)
             if kind == "splash": os.environ["MAXPOST_ATTENTION"] = "splash"
             else: os.environ.pop("MAXPOST_ATTENTION", None)
-            head_loss.tpu_lowering = (lambda: False) if variant == "kept" else tpu_lowering
+            head_loss.tpu_lowering = (lambda: False) if "kept" in tags else tpu_lowering
+            maxpost.sft.SFTConfig = (lambda **kw: sft_config(**kw, scan_layers=False)) if "unroll" in tags else sft_config
+            os.environ["MAXPOST_VARIANT"] = att
             res[att] = attempt(f"maxpost-{att} {c}", lambda: run_config(mcfg, base, a.model, mode, B, T, remat, a.steps,
                                                                          peak, "bfloat16", c))
             if not a.no_profile:
                 attempt(f"profile maxpost-{att} {c}", lambda: profile(mcfg, base, a.model, mode, B, T, remat, 3, c,
-                                                                       sft_batch, LORA_TARGETS))
+                                                                       sft_batch, LORA_TARGETS, a.top))
         os.environ.pop("MAXPOST_ATTENTION", None); head_loss.tpu_lowering = tpu_lowering
+        maxpost.sft.SFTConfig = sft_config
         if remat == "none" and not a.no_tunix:
             from sft_vs_tunix import run_tunix
             res["tunix"] = attempt(f"tunix {c}", lambda: run_tunix(a.model, mode, B, T, a.steps, peak, N, c))
@@ -199,6 +206,9 @@ def main():
                               **{f"maxpost_{k}_over_tunix": round(v / tps["tunix"], 3) for k, v in tps.items() if k != "tunix"}})
         if "splash" in tps and "xla" in tps:
             log("tpu_speed", {"event": "ratio", "config": c, "splash_over_xla": round(tps["splash"] / tps["xla"], 3)})
+        for k in tps:
+            if k.startswith("xla-") and "xla" in tps and k != "xla-kept":
+                log("tpu_speed", {"event": "ratio", "config": c, f"{k}_over_xla": round(tps[k] / tps["xla"], 3)})
         if "xla-kept" in tps and "xla" in tps:
             log("tpu_speed", {"event": "ratio", "config": c, "xla_over_xla_kept": round(tps["xla"] / tps["xla-kept"], 3)})
     log("tpu_speed", {"event": "end", "total_s": round(time.perf_counter() - t_start, 1), "hbm": hbm()})

@@ -19,12 +19,30 @@ import jax.numpy as jnp
 __all__ = ['rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'activation', 'gated', 'softcap']
 
 # %% ../nbs/01c_blocks.ipynb #7b175c87
-def rms_norm(x, w, eps: float, plus_one: bool):
-    "RMSNorm over the last axis. x [..., d], w [d]."
+def _rms_norm(x, w, eps: float, plus_one: bool):
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     if plus_one: return (xf * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
     return w.astype(x.dtype) * xf.astype(x.dtype)
+
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def rms_norm(x, w, eps: float, plus_one: bool):
+    "RMSNorm over the last axis. x [..., d], w [d]. Its backward keeps only x and w (the derivation above)."
+    return _rms_norm(x, w, eps, plus_one)
+
+def _rms_norm_fwd(x, w, eps, plus_one):
+    return _rms_norm(x, w, eps, plus_one), (x, w)
+
+def _rms_norm_bwd(eps, plus_one, res, dy):
+    x, w = res
+    xf = x.astype(jnp.float32)
+    r = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    n, dy = xf * r, dy.astype(jnp.float32)
+    g = dy * ((1.0 + w.astype(jnp.float32)) if plus_one else w.astype(jnp.float32))
+    dx = r * (g - n * jnp.mean(g * n, axis=-1, keepdims=True))
+    return dx.astype(x.dtype), jnp.sum((dy * n).reshape(-1, n.shape[-1]), axis=0).astype(w.dtype)
+
+rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 # %% ../nbs/01c_blocks.ipynb #1ab38d3b
 def rope_inv_freq(head_dim: int, theta: float, scaling: tuple | None = None) -> np.ndarray:

@@ -122,7 +122,8 @@ def trainer_weights(cfg, mcfg: ModelConfig, base_params: dict, mesh, dtype, para
                     matmul_dtype=None) -> TrainerWeights:
     "Graph, placed base weights and trained-param shardings for `cfg`'s ModelKeys + LoRAKeys on `mesh`."
     abstract = nnx.eval_shape(lambda: Decoder(mcfg, dtype=dtype, param_dtype=param_dtype,
-                                              remat=cfg.remat_policy, matmul_dtype=matmul_dtype))
+                                              remat=cfg.remat_policy, matmul_dtype=matmul_dtype,
+                                              scan_layers=cfg.scan_layers))
     graphdef, _ = nnx.split(abstract)
     shapes = param_shapes(mcfg)
     missing = set(shapes) - set(base_params)

@@ -337,9 +337,10 @@ def _layer_params(model: Decoder, lora: dict | None) -> dict:
 class Decoder(nnx.Module):
     "Decoder-only transformer; `cfg` decides Gemma 3 or Llama arithmetic."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32,
-                 param_dtype=jnp.float32, remat: bool | str = False, matmul_dtype=None):
-        # matmul_dtype: the projections' input dtype when narrower than dtype (float32 accumulation); None: dtype
-        self.cfg, self.dtype, self.remat, self.matmul_dtype = cfg, dtype, remat, matmul_dtype
+                 param_dtype=jnp.float32, remat: bool | str = False, matmul_dtype=None, scan_layers: bool = True):
+        # matmul_dtype: the projections' input dtype when narrower than dtype (float32 accumulation); None: dtype.
+        # scan_layers: the layers run as one lax.scan body (compiled once); False: unrolled (ModelKeys.scan_layers)
+        self.cfg, self.dtype, self.remat, self.matmul_dtype, self.scan_layers = cfg, dtype, remat, matmul_dtype, scan_layers
         rngs = rngs or nnx.Rngs(0)
         for name, shape in param_shapes(cfg).items():
             key = rngs.params()
@@ -386,7 +387,7 @@ class Decoder(nnx.Module):
         if (policy := REMAT_POLICIES["full" if self.remat is True else self.remat or "none"]) is not None:
             body = jax.checkpoint(body, policy=policy)
         kv_in = None if cache is None else (cache["k"], cache["v"])
-        x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in))
+        x, kv_out = jax.lax.scan(body, x, (layer_params, sliding, kv_in), unroll=1 if self.scan_layers else True)
         x = self.final(x)
         new_cache = None
         if cache is not None:
