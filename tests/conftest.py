@@ -93,15 +93,23 @@ def _cpu_jiffies() -> tuple[int, int]:
     return f[3] + f[4], sum(f[:8])                         # idle + iowait; user … steal
 
 IDLE: dict = {}            # test id → (idle core-seconds, wall seconds) while it ran (setup, call and teardown)
+CPU_BY_TEST: dict = {}     # test id → (CPU seconds of pytest's process and its reaped subprocesses, start, end)
+
+def _cpu_seconds() -> float:
+    "User + system seconds of this process and of its children that were waited for."
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Where the machine's cores sat idle: each test's idle core-seconds (the terminal summary lists the largest; a
-    test that leaves a core idle for long is where work could overlap)."""
-    (i0, t0), w0 = _cpu_jiffies(), time.perf_counter()
+    test that leaves a core idle for long is where work could overlap). And what each test cost: its CPU seconds,
+    subprocesses included (the test budget is CPU-bound: cuts are chosen by this list, not by wall times)."""
+    (i0, t0), w0, c0 = _cpu_jiffies(), time.perf_counter(), _cpu_seconds()
     yield
-    (i1, t1), w1 = _cpu_jiffies(), time.perf_counter()
+    (i1, t1), w1, c1 = _cpu_jiffies(), time.perf_counter(), _cpu_seconds()
     if t1 > t0: IDLE[item.nodeid] = ((i1 - i0) / (t1 - t0) * (os.cpu_count() or 1) * (w1 - w0), w1 - w0)
+    CPU_BY_TEST[item.nodeid] = (c1 - c0, w0, w1)
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
@@ -186,6 +194,20 @@ def pytest_terminal_summary(terminalreporter):
     me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     terminalreporter.write_line(f"session: cpu {me.ru_utime + me.ru_stime:.0f}s in pytest's process, "
                                 f"{ch.ru_utime + ch.ru_stime:.0f}s in its subprocesses")
+    if CPU_BY_TEST:
+        # a notebook process the feeder reaped while another test ran joined that test's children: take its CPU out
+        reaped, nb_cpu = getattr(mod, "REAPED", {}), cpu or {}
+        own = {}
+        for k, (c, a, b) in CPU_BY_TEST.items():
+            if "test_notebooks.py" in k: continue
+            own[k] = c - sum(nb_cpu.get(stem, 0.0) for stem, t in reaped.items() if a <= t < b)
+        terminalreporter.section("CPU seconds by test, subprocesses included (largest 40; notebooks above)")
+        for k, c in sorted(own.items(), key=lambda kv: -kv[1])[:40]:
+            terminalreporter.write_line(f"cpu {c:7.1f}s  wall {CPU_BY_TEST[k][2] - CPU_BY_TEST[k][1]:7.1f}s  {k}")
+        by_file = {}
+        for k, c in own.items(): by_file[k.split("::")[0]] = by_file.get(k.split("::")[0], 0.0) + c
+        terminalreporter.write_line("by file: " + ", ".join(f"{f.rpartition('/')[2]} {c:.0f}s"
+                                                             for f, c in sorted(by_file.items(), key=lambda kv: -kv[1])))
     if IDLE:
         idle, wall = sum(v[0] for v in IDLE.values()), sum(v[1] for v in IDLE.values())
         terminalreporter.section("idle cores while each test ran (largest 25; core-seconds)")

@@ -50,6 +50,8 @@ _procs: dict = {}          # notebook path → (Popen, stderr file, start time, 
 _started: set = set()      # every notebook whose process was started (it is started once)
 _ended: dict = {}          # notebook path → perf_counter() when the feeder saw its process end
 _lock, _stop = threading.Lock(), threading.Event()
+REAPED: dict = {}          # notebook stem → perf_counter() when its process was reaped (its CPU then joins pytest's
+                           # children's: conftest takes it out of the test that was running)
 SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
 CPU: dict = {}             # notebook stem → its process's CPU seconds (user + system, its waited-for children included)
 
@@ -69,7 +71,7 @@ def _running() -> list:
         live = []
         for nb, (p, *_) in list(_procs.items()):
             if p.poll() is None: live.append(nb)
-            else: _ended.setdefault(nb, time.perf_counter())
+            else: REAPED.setdefault(nb.stem, _ended.setdefault(nb, time.perf_counter()))
         return live
 
 def _feed(order: list, after: list):
