@@ -16,22 +16,24 @@ import jax
 import jax.numpy as jnp
 
 # %% auto #0
-__all__ = ['rms_norm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'activation', 'gated', 'softcap']
+__all__ = ['rms_norm', 'rms_norm_lean', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'activation', 'gated', 'softcap']
 
 # %% ../nbs/01c_blocks.ipynb #7b175c87
-def _rms_norm(x, w, eps: float, plus_one: bool):
+def rms_norm(x, w, eps: float, plus_one: bool):
+    "RMSNorm over the last axis. x [..., d], w [d]."
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     if plus_one: return (xf * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
     return w.astype(x.dtype) * xf.astype(x.dtype)
 
+# %% ../nbs/01c_blocks.ipynb #rmsl0002
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def rms_norm(x, w, eps: float, plus_one: bool):
-    "RMSNorm over the last axis. x [..., d], w [d]. Its backward keeps only x and w (the derivation above)."
-    return _rms_norm(x, w, eps, plus_one)
+def rms_norm_lean(x, w, eps: float, plus_one: bool):
+    "`rms_norm`, whose backward keeps only x and w and recomputes the rest (the derivation above)."
+    return rms_norm(x, w, eps, plus_one)
 
 def _rms_norm_fwd(x, w, eps, plus_one):
-    return _rms_norm(x, w, eps, plus_one), (x, w)
+    return rms_norm(x, w, eps, plus_one), (x, w)
 
 def _rms_norm_bwd(eps, plus_one, res, dy):
     x, w = res
@@ -42,7 +44,7 @@ def _rms_norm_bwd(eps, plus_one, res, dy):
     dx = r * (g - n * jnp.mean(g * n, axis=-1, keepdims=True))
     return dx.astype(x.dtype), jnp.sum((dy * n).reshape(-1, n.shape[-1]), axis=0).astype(w.dtype)
 
-rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+rms_norm_lean.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 # %% ../nbs/01c_blocks.ipynb #1ab38d3b
 def rope_inv_freq(head_dim: int, theta: float, scaling: tuple | None = None) -> np.ndarray:

@@ -17,12 +17,12 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from .matmul import project
-from .blocks import rms_norm, rope_cos_sin, apply_rope, rope_inv_freq, gated, softcap
+from .blocks import rms_norm, rms_norm_lean, rope_cos_sin, apply_rope, rope_inv_freq, gated, softcap
 
 # %% auto #0
 __all__ = ['LayerType', 'PRESETS', 'PREFIX_GROUP', 'PARAM_AXES', 'LAYER_KEYS', 'PROJ_KEYS', 'REMAT_POLICIES', 'DTYPES',
            'TINY_MODELS', 'ModelConfig', 'gemma3_layer_types', 'get_preset', 'attention_mask', 'param_shapes',
-           'layer_inv_freqs', 'fuse_weights', 'decoder_layer', 'tpu_lowering', 'use_splash', 'masked_attention',
+           'layer_inv_freqs', 'fuse_weights', 'tpu_lowering', 'decoder_layer', 'use_splash', 'masked_attention',
            'init_std', 'init_param', 'Decoder', 'init_cache', 'positions_from_mask', 'tiny_config', 'model_config',
            'random_params', 'logical_axes', 'forward_fn']
 
@@ -216,12 +216,25 @@ def _mlp(cfg: ModelConfig, h, p: dict):
     F = gu.shape[-1] // 2
     return gated(cfg.activation, gu[..., :F], gu[..., F:]) @ p["w_down"]
 
+# %% ../nbs/01_model.ipynb #fdb9a357
+def tpu_lowering() -> bool:
+    """May this process lower a program for a TPU? On a TPU backend, or where `MAXPOST_TPU_LOWERING=1` (set by
+    `maxpost.aot`, which compiles for a TPU from a CPU). Elsewhere the TPU-only branches are not traced at all:
+    `lax.platform_dependent` traces every branch, and the kernels' trace would cost a CPU run its time for nothing."""
+    return jax.default_backend() == "tpu" or os.environ.get("MAXPOST_TPU_LOWERING") == "1"
+
+# %% ../nbs/01_model.ipynb #norm0000
+def _norm():
+    "RMSNorm as a layer uses it: on a TPU `rms_norm_lean` (its backward keeps x only, 01c_blocks), else `rms_norm`."
+    return rms_norm_lean if tpu_lowering() else rms_norm
+
 # %% ../nbs/01_model.ipynb #4686f441
 def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     """One block. x [B, T, d]; cos/sin [B, T, hd]; p: one layer's weights, separate or `fuse_weights`'d.
     attend(q [B, T, H, hd], k [B, T, K, hd], v [B, T, K, hd]) -> (o [B, T, H, hd], state) is the attention (masked over
     the sequence and a cache: `masked_attention`; or the sampler's cached decode attention). Returns (x, state)."""
     eps, p1 = cfg.rms_norm_eps, cfg.norm_plus_one
+    rms_norm = _norm()
     q, k, v = _qkv(cfg, rms_norm(x, p["attn_norm"], eps, p1), p)
     if cfg.qk_norm:
         q, k = rms_norm(q, p["q_norm"], eps, p1), rms_norm(k, p["k_norm"], eps, p1)
@@ -233,13 +246,6 @@ def decoder_layer(cfg: ModelConfig, p: dict, x, cos, sin, attend):
     h = _mlp(cfg, rms_norm(x, p["mlp_norm"], eps, p1), p)
     if cfg.sandwich_norm: h = rms_norm(h, p["post_mlp_norm"], eps, p1)
     return x + h, state
-
-# %% ../nbs/01_model.ipynb #fdb9a357
-def tpu_lowering() -> bool:
-    """May this process lower a program for a TPU? On a TPU backend, or where `MAXPOST_TPU_LOWERING=1` (set by
-    `maxpost.aot`, which compiles for a TPU from a CPU). Elsewhere the TPU-only branches are not traced at all:
-    `lax.platform_dependent` traces every branch, and the kernels' trace would cost a CPU run its time for nothing."""
-    return jax.default_backend() == "tpu" or os.environ.get("MAXPOST_TPU_LOWERING") == "1"
 
 # %% ../nbs/01_model.ipynb #a6698866
 def use_splash() -> bool:
@@ -364,7 +370,7 @@ class Decoder(nnx.Module):
 
     def final(self, x):
         "The final norm of the residual stream x [..., d]."
-        return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps, self.cfg.norm_plus_one)
+        return _norm()(x, self.final_norm[...], self.cfg.rms_norm_eps, self.cfg.norm_plus_one)
 
     def __call__(self, tokens, positions, segment_ids, cache: dict | None = None, return_hidden: bool = False,
                  lora: dict | None = None):

@@ -201,7 +201,10 @@ def pytest_terminal_summary(terminalreporter):
         for k, (c, a, b) in CPU_BY_TEST.items():
             if "test_notebooks.py" in k: continue
             own[k] = c - sum(nb_cpu.get(stem, 0.0) for stem, t in reaped.items() if a <= t < b)
+            own[k] -= sum(x for _, t, x in getattr(mod, "OTHER_REAPED", []) if a <= t < b)
         terminalreporter.section("CPU seconds by test, subprocesses included (largest 40; notebooks above)")
+        for what, _, x in getattr(mod, "OTHER_REAPED", []):
+            terminalreporter.write_line(f"cpu {x:7.1f}s  {what} (reaped by the notebooks' feeder; not in a test's line)")
         for k, c in sorted(own.items(), key=lambda kv: -kv[1])[:40]:
             terminalreporter.write_line(f"cpu {c:7.1f}s  wall {CPU_BY_TEST[k][2] - CPU_BY_TEST[k][1]:7.1f}s  {k}")
         by_file = {}

@@ -52,6 +52,13 @@ _ended: dict = {}          # notebook path → perf_counter() when the feeder sa
 _lock, _stop = threading.Lock(), threading.Event()
 REAPED: dict = {}          # notebook stem → perf_counter() when its process was reaped (its CPU then joins pytest's
                            # children's: conftest takes it out of the test that was running)
+OTHER_REAPED: list = []    # (what, perf_counter(), its CPU seconds) of the `after` processes the feeder reaped
+
+def _children_cpu() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
 SECONDS: dict = {}         # notebook stem → its process's wall time (conftest's terminal summary lists them)
 CPU: dict = {}             # notebook stem → its process's CPU seconds (user + system, its waited-for children included)
 
@@ -76,7 +83,14 @@ def _running() -> list:
 
 def _feed(order: list, after: list):
     "The feeder's thread: once every process of `after` has ended, keep BACKGROUND notebooks of `order` running."
-    while any(p.poll() is None for p in after) and not _stop.is_set(): time.sleep(1)
+    live = list(after)
+    while live and not _stop.is_set():
+        for p in list(live):
+            c0 = _children_cpu()
+            if p.poll() is None: continue
+            live.remove(p)
+            if (c := _children_cpu() - c0) > 0: OTHER_REAPED.append(("the docs build", time.perf_counter(), c))
+        time.sleep(1)
     todo = list(order)
     while not _stop.is_set() and (todo or _running()):
         todo = [nb for nb in todo if nb not in _started]
