@@ -25,7 +25,7 @@ from .sharding import make_mesh, replicated
 
 # %% auto #0
 __all__ = ['BACKEND_DEFAULTS', 'Dtype', 'Beta', 'backend_defaults', 'ModelKeys', 'MeshKeys', 'RunKeys', 'train_state_shardings',
-           'jit_sharded', 'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop']
+           'jit_sharded', 'NonFiniteError', 'peak_rss_gib', 'keep_metrics_until', 'RunLoop', 'summary_writer']
 
 # %% ../nbs/04b_loop.ipynb #788906bf
 BACKEND_DEFAULTS = {"cpu": dict(dtype="float32", weight_dtype="float32", remat_policy="none"),
@@ -269,12 +269,23 @@ def save(self: RunLoop, step: int):
     if self.mngr is None or step in self.mngr.all_steps(): return
     self.mngr.save(step, args=self._args(restore=False))
 
+# %% ../nbs/04b_loop.ipynb #tbx00002
+def summary_writer():
+    "tensorboardX's `SummaryWriter` class, imported without importing torch (unless torch is imported already)."
+    if "torch" in sys.modules or "tensorboardX" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None                      # `import torch` raises ImportError while tensorboardX loads
+    try: from tensorboardX import SummaryWriter
+    finally: del sys.modules["torch"]
+    return SummaryWriter
+
+
 # %% ../nbs/04b_loop.ipynb #85257897
 @patch
 def _tb(self: RunLoop):
     if self.writer is None:
-        from tensorboardX import SummaryWriter
-        self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.start or None)
+        self.writer = summary_writer()(str(self.run_dir / "tensorboard"), purge_step=self.start or None)
     return self.writer
 
 @patch
