@@ -12,15 +12,15 @@ from typing import Annotated, NamedTuple
 
 import numpy as np
 import jax
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .config import Config, ConfigError, PosInt
 
 # %% auto #0
-__all__ = ['ENV_KEYS', 'PROBE_TIMEOUT', 'DistributedError', 'DistributedKeys', 'resolve', 'wait_for_coordinator', 'Cluster',
-           'cluster_processes', 'initialize', 'process_index', 'process_count', 'is_main_process', 'barrier',
-           'process_allgather', 'gather_host', 'sum_over_processes', 'local_rows', 'gather_json', 'all_same',
-           'main_print']
+__all__ = ['ENV_KEYS', 'PROBE_TIMEOUT', 'DistributedError', 'DistributedKeys', 'cache_dir', 'use_compilation_cache', 'resolve',
+           'wait_for_coordinator', 'Cluster', 'cluster_processes', 'initialize', 'process_index', 'process_count',
+           'is_main_process', 'barrier', 'process_allgather', 'gather_host', 'sum_over_processes', 'local_rows',
+           'gather_json', 'all_same', 'main_print']
 
 # %% ../nbs/12a_distributed.ipynb #660cf68c
 ENV_KEYS = {"coordinator_address": "MAXPOST_COORDINATOR_ADDRESS", "num_processes": "MAXPOST_NUM_PROCESSES",
@@ -30,11 +30,20 @@ class DistributedError(ValueError):
     "This process could not join the multi-process run (a ValueError, so that the CLI prints one line)."
 
 class DistributedKeys(Config):
-    "How this process joins a multi-process run; unset: from `maxpost.launch`, the cluster (TPU pod, SLURM), or one process."
+    "How this process starts: the multi-process run it joins (unset: as launched or detected) and its compilation cache."
     coordinator_address: str = ""              # host:port of process 0's coordinator; "": launch or auto-detection
     num_processes: Annotated[int, Field(ge=0)] = 0       # 0: as launched / detected (1 when nothing is)
     process_id: Annotated[int, Field(ge=-1)] = -1        # -1: as launched / detected
     initialization_timeout: PosInt = 300       # seconds to wait for every process to reach the coordinator
+    jax_cache_dir: str = "auto"                # compiled programs kept between runs (below); "": none
+
+    @field_validator("jax_cache_dir")
+    @classmethod
+    def _check_cache_dir(cls, v: str):
+        path = cache_dir(v)
+        if path and "://" not in path and os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError(f"jax_cache_dir={v!r} is a file, not a folder", key="jax_cache_dir")
+        return v
 
     @model_validator(mode="after")
     def _check_process_id(self):
@@ -42,6 +51,29 @@ class DistributedKeys(Config):
             raise ConfigError(f"process_id={self.process_id} is out of range for num_processes={self.num_processes} "
                               f"(0 … {self.num_processes - 1})", key="process_id")
         return self
+
+# %% ../nbs/12a_distributed.ipynb #cc0a1b02
+def cache_dir(value: str = "auto", env: dict | None = None) -> str:
+    "The folder that `jax_cache_dir=value` names: `auto` is $JAX_COMPILATION_CACHE_DIR, else ~/jax_cache; '' is none."
+    env = os.environ if env is None else env
+    if value == "auto": value = env.get("JAX_COMPILATION_CACHE_DIR") or "~/jax_cache"
+    return value if "://" in value else os.path.expanduser(value)
+
+def use_compilation_cache(value: str = "auto") -> str:
+    "Keep this process's compiled programs in the folder `jax_cache_dir=value` names (call before compiling); that folder."
+    path = cache_dir(value)
+    if path and "://" not in path:
+        try: os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"jax_cache_dir={value!r}: cannot create {path} ({e.strerror})", key="jax_cache_dir") from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(f"jax_cache_dir={value!r}: {path} is not writable", key="jax_cache_dir")
+    if (jax.config.jax_compilation_cache_dir or "") != path:
+        from jax.experimental.compilation_cache import compilation_cache
+        jax.config.update("jax_compilation_cache_dir", path or None)
+        compilation_cache.reset_cache()            # a cache opened at another folder earlier in this process
+    return path
+
 
 # %% ../nbs/12a_distributed.ipynb #2d847de3
 def resolve(cfg: DistributedKeys | None = None, env: dict | None = None) -> dict:
@@ -212,6 +244,7 @@ def cluster_processes(env: dict | None = None, tpu_vm: bool | None = None, timeo
 # %% ../nbs/12a_distributed.ipynb #94f1cab1
 def initialize(cfg: DistributedKeys | None = None) -> bool:
     "Join the multi-process run that `cfg`, the launch or the cluster describes; False when this is a single process."
+    use_compilation_cache(cfg.jax_cache_dir if cfg is not None else "auto")   # before this process compiles anything
     if jax.distributed.is_initialized(): return jax.process_count() > 1
     r = resolve(cfg)
     addr, n, pid = r["coordinator_address"], r["num_processes"], r["process_id"]
