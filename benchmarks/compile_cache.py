@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from sft_throughput import cpu_info, machine_kind
 
-def default_args() -> list[str]:
+def default_args(extra: list[str]) -> list[str]:
+    "The default command's keys; the embedded model only when `extra` names no checkpoint of its own."
     from maxpost.convert.from_gguf import embedded_hf
-    return [f"load_parameters_path={embedded_hf('smollm2-135m')}", "model_name=smollm2-135m", "dataset_type=arithmetic",
+    own = any(a.startswith("load_parameters_path=") for a in extra)
+    return ([] if own else [f"load_parameters_path={embedded_hf('smollm2-135m')}"]) + ["model_name=smollm2-135m", "dataset_type=arithmetic",
             "steps=4", "per_device_batch_size=2", "max_target_length=256", "use_lora=true", "eval_interval=4",
             "num_eval_rows=8", "enable_checkpointing=false", "save_model=false"]
 
@@ -43,7 +45,7 @@ def main():
     ap.add_argument("--command", default="train_sft")
     ap.add_argument("extra", nargs="*", help="key=value added to the command (after --)")
     a = ap.parse_args()
-    args = (default_args() if a.command == "train_sft" else []) + a.extra
+    args = (default_args(a.extra) if a.command == "train_sft" else []) + a.extra
     print(f"machine: {machine_kind(cpu_info())}", flush=True)
     rows = {"none": [], "cold": [], "warm": []}
     with tempfile.TemporaryDirectory() as tmp:
