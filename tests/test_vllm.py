@@ -409,6 +409,29 @@ def test_evaluate_both_engines_gsm8k20(tmp_path):
     assert agree["accuracy_a"] == pytest.approx(summaries["native"]["accuracy"]["value"], abs=1e-12)
     assert agree["accuracy_b"] == pytest.approx(summaries["vllm"]["accuracy"]["value"], abs=1e-12)
 
+def test_rl_one_step_off_on_vllm(tmp_path):
+    """`python -m maxpost.train_rl rollout_engine=vllm rollout_mode=one_step_off` (SmolLM2, LoRA, float32, a length
+    reward so that the update moves the weights): step 2's rollout is sampled by vLLM in the background thread with
+    the weights from before step 1's update, while that update runs. So it is one policy version behind (staleness
+    0, 1), and the token correction sees the lag: step 2's |log π_old − log q| reaches far beyond step 1's, which is
+    the engine-vs-trainer float32 noise (measured: max 2.7e-5 nats at step 1, 2.2 at step 2)."""
+    from maxpost.convert.from_gguf import embedded_hf
+    reward = tmp_path / "length_reward.py"
+    reward.write_text("def length(prompts, completions, **kw):\n    return [float(len(c)) for c in completions]\n")
+    args = ["model_name=smollm2-135m", f"load_parameters_path={embedded_hf('smollm2-135m')}", "rollout_engine=vllm",
+            "rollout_mode=one_step_off", "steps=2", "batch_size=2", "num_generations=2", "max_prefill_predict_length=256",
+            "max_completion_length=16", "use_lora=true", "learning_rate=1e-3", f"reward_functions_path={reward}:length",
+            "eval_before_after=false", "enable_checkpointing=false", "save_model=false", "enable_tqdm=false",
+            f"base_output_directory={tmp_path}", "run_name=off"]
+    r = subprocess.run([str(vllm_python()), "-m", "maxpost.train_rl", *args], capture_output=True, text=True,
+                       timeout=1800, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-4000:]
+    m = [json.loads(l) for l in (tmp_path / "off" / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    key = "sampling/sampling_logp_difference/max"
+    print({x["step"]: {k: x[k] for k in ("staleness", "policy_version", "grad_norm", key)} for x in m})
+    assert [x["staleness"] for x in m] == [0, 1] and [x["policy_version"] for x in m] == [0, 0], m
+    assert m[0][key] < FP32_MAX and m[1][key] > max(1e-2, 100 * m[0][key]), [x[key] for x in m]
+
 def test_missing_vllm_names_the_extra():
     "In an environment without vLLM, making an engine fails with an error that says how to install it."
     if importlib.util.find_spec("vllm") is not None: pytest.skip("vLLM is installed in this environment")

@@ -228,10 +228,6 @@ def _check_keys(cfg: RLConfig):
             raise ConfigError("rollout_mode=one_step_off samples each rollout with the previous step's weights "
                               "(staleness 1); max_staleness=0 would discard every one. Use max_staleness >= 1 or "
                               "rollout_mode=sync", key="max_staleness")
-        if cfg.rollout_engine != "native":
-            raise ConfigError(f"rollout_mode=one_step_off runs the native engine in a background thread; "
-                              f"rollout_engine={cfg.rollout_engine} is not supported yet (use sync)",
-                              key="rollout_mode")
         if cfg.use_engine_logprobs:
             raise ConfigError("rollout_mode=one_step_off with use_engine_logprobs=true would take π_old from the "
                               "stale sampler, hiding the lag from the importance-sampling correction; set "
