@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import Config, ConfigError, load_config, output_dir, run_cli
+from .distributed import use_compilation_cache
 from .metrics import paired_difference
 from .checkpoint import HFCheckpoint
 from .convert.from_gguf import embedded_hf
@@ -239,7 +240,9 @@ def run(c: DemoConfig) -> dict:
 
 def main(argv=None):
     def go():
-        rep = run(load_config(DemoConfig, argv))
+        cfg = load_config(DemoConfig, argv)
+        use_compilation_cache()           # jax_cache_dir's default, from the first stage on (maxpost.distributed)
+        rep = run(cfg)
         if not all(rep["checks"].values()): raise SystemExit(1)
     return run_cli(go)
 

@@ -19,6 +19,7 @@ from flax import nnx
 from .addition import BOS, EOS, PAD, DigitTokenizer
 from .config import ConfigError, error_line, load_config, run_cli
 from .data import collate, pack_first_fit
+from .distributed import use_compilation_cache
 from .distill import DistillConfig, load_examples, load_teacher
 from .distill_losses import _logits, _lse_step, check_top_k
 from .head_loss import FUSED_CHUNK, VOCAB_BLOCK, _chunked, _over_blocks, _scaled, head_tiles, head_weight
@@ -164,6 +165,7 @@ def write_logits(cfg: DistillConfig) -> dict:
     "Write (or finish) the teacher's top-k of `cfg`'s data under teacher_logits_path; returns a summary."
     from tqdm.auto import tqdm
     _check_writer(cfg)
+    use_compilation_cache(cfg.jax_cache_dir)            # before the teacher's program compiles (maxpost.distributed)
     cfg = cfg.for_backend(); mesh = cfg.mesh(); root = Path(cfg.teacher_logits_path)
     B = batch_rows(cfg, mesh)[0]
     tmcfg, params, tok_dir = load_teacher(cfg, None, with_tokenizer=True)
