@@ -1,5 +1,6 @@
 """Joining JAX's multi-process runtime from config keys or the cluster's own environment (TPU pods, SLURM, GKE), a
-clear error when the coordinator cannot be reached, and the small helpers the trainers use across processes.
+clear error when the coordinator cannot be reached, the compilation cache every command keeps, and the small helpers
+the trainers use across processes.
 
 Docs: https://maxpost.github.io/maxpost/distributed.html.md"""
 
