@@ -40,6 +40,8 @@ def test_round_trip_bit_exact(converted):
 def test_parity_fp32(converted):
     "transformers reads the folder maxpost wrote; maxpost reads its own checkpoint; logits agree."
     name, hf, ck, back = converted
+    if name == "smollm2-135m":
+        pytest.skip("asserted by nbs/90_demo.ipynb's cut-down run: the same conversions and check_logits call, same bound")
     r = check_logits(back, ck, "float32")
     print(name, r)
     assert max(r["lengths"]) > 512 and len(set(r["lengths"])) == 4
@@ -54,6 +56,8 @@ def test_parity_bf16(converted):
     test_parity_fp32 and by the KV-cache test, in float32."""
     from maxpost.sft import cpu_has_bf16
     name, hf, ck, back = converted
+    if name == "smollm2-135m":      # the GGUF's HF folder against its weights in bfloat16, KL ≤ 1e-3 and top-1 ≥ 0.9
+        pytest.skip("computed by test_cli_end_to_end's bfloat16 check_logits (the same weights, rounded at the store)")
     r = check_logits(hf, ck, "bfloat16", long_len=600 if cpu_has_bf16() else 200)
     print(name, r)
     assert r["kl"] <= 1e-3, r
