@@ -2,7 +2,9 @@
 distributions than from the labels alone, in the same steps on the same data?
 
     nice -n 10 python benchmarks/distill_smollm2.py [--out DIR] [--teacher PATH] [--steps N] [--keep K] [--lr LR]
-        [--eval-rows N] [key=value …]          # key=value: maxpost.demo keys (the teacher's SFT, the evaluation)
+        [--eval-rows N] [--distill "key=value …"] [key=value …]   # key=value: maxpost.demo keys (the teacher's
+        SFT, the evaluation); --distill: train_distill keys after the default forward_kl, α = 0.5 (e.g. GKD's
+        "distill_loss=jsd distill_jsd_beta=0.5 distill_on_policy_prob=0.5")
     python benchmarks/distill_smollm2.py --out DIR --teacher PATH --held-out-kl   # then: both students' held-out
         KL(teacher ‖ student) and NLL on the 64 held-out examples the runs evaluated (`DIR/held_out_kl.json`)
 
@@ -79,7 +81,8 @@ def _ci(v): return f"{v['value']:.3f} [{v['ci'][0]:.3f}, {v['ci'][1]:.3f}]"
 def report(rep: dict) -> str:
     ev, s = rep["evaluate"], rep["student"]
     L = [f"teacher: {rep['teacher']} ({s['teacher_layers']} layers, {s['teacher_params'] / 1e6:.1f} M parameters); "
-         f"student: {len(s['layers'])} layers {s['layers']} ({s['student_params'] / 1e6:.1f} M parameters)", "",
+         f"student: {len(s['layers'])} layers {s['layers']} ({s['student_params'] / 1e6:.1f} M parameters); "
+         f"{rep['steps']} steps; distillation keys: {' '.join(rep.get('distill_keys', []))}", "",
          f"| model | accuracy [95% Wilson] | format accuracy | mean length | held-out NLL after training |",
          "|---|---|---|---|---|"]
     nll = {"student_sft": rep["sft"]["eval_loss"], "student_distilled": rep["distill"]["eval_sft_loss"]}
@@ -114,6 +117,7 @@ def main(argv: list[str]):
     teacher = opt(argv, "--teacher", None)
     steps, keep, lr = opt(argv, "--steps", 8, int), opt(argv, "--keep", 15, int), opt(argv, "--lr", 3e-4, float)
     rows = opt(argv, "--eval-rows", 128, int)
+    dkeys = ["distill_loss=forward_kl", "distill_alpha=0.5", *opt(argv, "--distill", "").split()]   # later keys win
     kl_only = "--held-out-kl" in argv; argv = [a for a in argv if a != "--held-out-kl"]
     c = load_config(DemoConfig, [f"base_output_directory={out.parent}", f"run_name={out.name}",
                                  f"num_eval_rows={rows}", *argv])
@@ -138,9 +142,9 @@ def main(argv: list[str]):
     secs["student_sft"] = time.time() - t
     dargs = [a.replace("run_name=student_sft", "run_name=student_distilled") for a in common]
     t = time.time()
-    rep["distill"] = distill_train(load_config(DistillConfig, [*dargs, f"teacher_load_parameters_path={teacher}",
-                                                               "distill_loss=forward_kl", "distill_alpha=0.5"],
+    rep["distill"] = distill_train(load_config(DistillConfig, [*dargs, f"teacher_load_parameters_path={teacher}", *dkeys],
                                                base_yaml=distill_yml()))
+    rep["distill_keys"] = dkeys
     secs["student_distill"] = time.time() - t
     rep["curves"] = {k: {"loss": [m["loss"] for m in records(rep[k]["run_dir"])],
                          "hard_loss": [m.get("hard_loss") for m in records(rep[k]["run_dir"])] if k == "distill" else None}
