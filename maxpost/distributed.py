@@ -61,14 +61,18 @@ def cache_dir(value: str = "auto", env: dict | None = None) -> str:
     return value if "://" in value else os.path.expanduser(value)
 
 def use_compilation_cache(value: str = "auto") -> str:
-    "Keep this process's compiled programs in the folder `jax_cache_dir=value` names (call before compiling); that folder."
+    """Keep this process's compiled programs in the folder `jax_cache_dir=value` names (call before compiling); that
+    folder. A folder the user typed must be usable (else a ConfigError); the default's is skipped with a note."""
     path = cache_dir(value)
     if path and "://" not in path:
-        try: os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK): raise PermissionError(13, "not writable")
         except OSError as e:
-            raise ConfigError(f"jax_cache_dir={value!r}: cannot create {path} ({e.strerror})", key="jax_cache_dir") from None
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError(f"jax_cache_dir={value!r}: {path} is not writable", key="jax_cache_dir")
+            if value != "auto":
+                raise ConfigError(f"jax_cache_dir={value!r}: cannot use {path} ({e.strerror})", key="jax_cache_dir") from None
+            print(f"note: no compilation cache: {path} cannot be used ({e.strerror}); set jax_cache_dir", file=sys.stderr)
+            path = ""
     if (jax.config.jax_compilation_cache_dir or "") != path:
         from jax.experimental.compilation_cache import compilation_cache
         jax.config.update("jax_compilation_cache_dir", path or None)
