@@ -8,6 +8,11 @@ of the same shapes (no compile in the timings); the warm start is 20 SFT steps (
 most episodes call the calculator.
 
     python benchmarks/tool_prefill.py [--steps 3] [--call-steps 20]
+    python benchmarks/tool_prefill.py --model smollm2-135m [--steps 3] [--batch 4] [--group 4]
+
+`--model smollm2-135m`: the same measurement on a real model, the embedded SmolLM2-135M-Instruct (LoRA, float32) on
+GSM8K's train split with the calculator (`dataset_type=gsm8k tools=calculator max_turns=2`, as the tool tutorial's
+command), no warm start: how often the model calls the tool is the shipped model's own.
 """
 import argparse, time
 from dataclasses import replace
@@ -21,6 +26,8 @@ from maxpost.rl.trainer import RLTrainer, make_rollout_engine, rl_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=3); ap.add_argument("--call-steps", type=int, default=20)
+ap.add_argument("--model", default="tiny-llama", choices=["tiny-llama", "smollm2-135m"])
+ap.add_argument("--batch", type=int, default=4); ap.add_argument("--group", type=int, default=4)
 a = ap.parse_args()
 
 class Recording:
@@ -37,22 +44,39 @@ def prefill_seconds(engine, seqs, params, sids) -> float:
     engine.generate(seqs, sp, stream_ids=sids)
     t0 = time.perf_counter(); engine.generate(seqs, sp, stream_ids=sids); return time.perf_counter() - t0
 
-train, _ = multiplication_split(2000, 300, 2, 0)
-params = warm_start(train, steps=0, call_steps=a.call_steps, batch=16, T=64)
-L = len(train[0]["prompt_ids"])
-cfg = RLConfig(model_name="tiny-llama", dataset_type="multiplication", reward_functions="addition_answer",
-               tools="calculator", max_turns=2, batch_size=16, num_generations=8, max_prefill_predict_length=L,
-               max_completion_length=32, steps=a.steps, learning_rate=2e-3, loss_chunk_size=1024, num_iterations=2,
-               eval_before_after=False, enable_tqdm=False, dtype="float32", weight_dtype="float32")
-trainer = RLTrainer(cfg, check_config(cfg), model_config(cfg.model_name), params)
+if a.model == "tiny-llama":
+    train, _ = multiplication_split(2000, 300, 2, 0)
+    params = warm_start(train, steps=0, call_steps=a.call_steps, batch=16, T=64)
+    L = len(train[0]["prompt_ids"])
+    cfg = RLConfig(model_name="tiny-llama", dataset_type="multiplication", reward_functions="addition_answer",
+                   tools="calculator", max_turns=2, batch_size=16, num_generations=8, max_prefill_predict_length=L,
+                   max_completion_length=32, steps=a.steps, learning_rate=2e-3, loss_chunk_size=1024, num_iterations=2,
+                   eval_before_after=False, enable_tqdm=False, dtype="float32", weight_dtype="float32")
+    trainer = RLTrainer(cfg, check_config(cfg), model_config(cfg.model_name), params)
+    tok, fns, weights = ToolDigitTokenizer(), [addition_answer], [1.0]
+else:
+    from maxpost.config import load_config
+    from maxpost.convert.from_gguf import embedded_hf
+    from maxpost.rl.rollout import check_dataset, load_prompts, load_rewards
+    from maxpost.rl.trainer import load_policy_base
+    from maxpost.train_rl import default_config
+    cfg = load_config(RLConfig, [f"model_name={a.model}", f"load_parameters_path={embedded_hf(a.model)}",
+                                 "dataset_type=gsm8k", "tools=calculator", "max_turns=2", f"batch_size={a.batch}",
+                                 f"num_generations={a.group}", "max_prefill_predict_length=512", "max_completion_length=128",
+                                 "use_lora=true", "eval_before_after=false", "enable_tqdm=false", "dtype=float32",
+                                 "weight_dtype=float32"], base_yaml=default_config())
+    lc = check_config(cfg); fns, weights = load_rewards(cfg); cfg = check_dataset(cfg)
+    mcfg, base, tok, _ = load_policy_base(cfg)
+    train, _ = load_prompts(cfg, tok, cfg.train_split, 256)
+    trainer = RLTrainer(cfg, lc, mcfg, base)
 state = trainer.init_state()
-engine = Recording(make_rollout_engine(cfg, trainer, state, ToolDigitTokenizer()))
+engine = Recording(make_rollout_engine(cfg, trainer, state, tok))
 stream = PromptStream(train, 0)
 print("| step | step s | rollout s | turn-1 call s | later turns' calls s | their prefill, whole sequence s | "
       "their prefill, new tokens only s | tokens prefilled again | turns |\n|---|---|---|---|---|---|---|---|---|")
 for s in range(a.steps):
     engine.calls = []
-    t0 = time.perf_counter(); state, m, _ = rl_step(trainer, state, engine, stream, [addition_answer], [1.0])
+    t0 = time.perf_counter(); state, m, _ = rl_step(trainer, state, engine, stream, fns, weights)
     step_s = time.perf_counter() - t0
     calls = list(engine.calls)
     later = calls[1:]
