@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field
 
-from .config import Config, ConfigError, PosFloat, load_config, parse_kv, run_cli
+from .config import Config, ConfigError, PosFloat, PosInt, load_config, parse_kv, run_cli
 from .loop import MeshKeys, ModelKeys
 from .sharding import make_mesh
 
@@ -63,6 +63,7 @@ class AotKeys(Config):
     "The keys of `python -m maxpost.aot` itself; every other key is the trainer's (or the sampler's)."
     topology: Literal[tuple(TOPOLOGIES)] = "v5e-1"      # one host's TPU slice: v5e-1 (Colab, one v5e chip) … v6e-8
     find_batch: bool = False                           # search the largest batch that fits, instead of one verdict
+    find_batch_start: PosInt = 1                       # the search's first batch: a guess saves compiles of big models
     results_file: str = ""                             # append one JSON line per compile here
 
 def topology_devices(name: str) -> list:
@@ -378,8 +379,9 @@ def check(mode: str, argv: list[str], topology: str = "v5e-1", results_file: str
     return rec
 
 # %% ../nbs/11a_aot.ipynb #c678cc4b
-def find_batch(mode: str, argv: list[str], topology: str, results_file: str = "", cap: int = 4096) -> int:
-    "The largest batch (per_device_batch_size; RL: batch_size) at which `mode` fits `topology`: doubling, then bisection."
+def find_batch(mode: str, argv: list[str], topology: str, results_file: str = "", cap: int = 4096, start: int = 1) -> int:
+    """The largest batch (per_device_batch_size; RL: batch_size) at which `mode` fits `topology`: from `start`, doubling
+    while it fits (halving while it does not), then bisection between the last that fits and the first that does not."""
     key = _modes()[mode][3]
     base = [a for a in argv if a.split("=", 1)[0].lstrip("-").replace("-", "_") != key]
     cache = {}
@@ -389,12 +391,16 @@ def find_batch(mode: str, argv: list[str], topology: str, results_file: str = ""
             print(f"  {key}={b}: {'fits' if r['fits'] else 'does not fit'} ({r['why']})", flush=True)
             cache[b] = r["fits"]
         return cache[b]
-    if not fits(1):
-        raise ConfigError(f"{key}=1 does not fit topology={topology}: no batch fits; use LoRA, remat_policy=full, a "
-                          f"shorter sequence, or a larger topology", key=key)
-    lo, hi = 1, 2
-    while hi <= cap and fits(hi): lo, hi = hi, hi * 2
-    if hi > cap: return lo
+    lo, hi = start, None
+    while not fits(lo):                                  # halving until one fits: the first that does not is above it
+        if lo == 1:
+            raise ConfigError(f"{key}=1 does not fit topology={topology}: no batch fits; use LoRA, remat_policy=full, a "
+                              f"shorter sequence, or a larger topology", key=key)
+        lo, hi = lo // 2, lo
+    if hi is None:                                       # start fits: doubling until one does not
+        hi = lo * 2
+        while hi <= cap and fits(hi): lo, hi = hi, hi * 2
+        if hi > cap: return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
@@ -417,7 +423,7 @@ def main(argv: list[str] | None = None):
             cfg = load_config(cls, rest, base_yaml=yml).for_backend("tpu")
             mesh = make_mesh(cfg.ici_fsdp_parallelism, cfg.ici_tensor_parallelism, topology_devices(keys.topology))
             print(describe(mode, cfg, mesh, keys.topology), flush=True)
-            b = find_batch(mode, rest, keys.topology, keys.results_file)
+            b = find_batch(mode, rest, keys.topology, keys.results_file, start=keys.find_batch_start)
             print(f"fits: the largest {key} that fits {keys.topology} is {b}")
             return
         r = check(mode, rest, keys.topology, keys.results_file)

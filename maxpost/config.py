@@ -177,7 +177,11 @@ def _resolve(cls, key: str, v, where: str, text: bool, root, prefix: str, out: l
                 raise unknown(f"{prefix}{head}.{k}")
             _resolve(cls, k, x, where, text, root, prefix, out, origin if dot else f"{prefix}{head}.{k}")
         return
-    if dot: raise unknown(prefix + key)
+    if not dot and isinstance(v, dict) and any(f"{key}.{k}" in als for k in v):   # `teacher_overrides: {x: …}` in YAML,
+        for k, x in v.items():                                                    # a section of dotted aliases
+            _resolve(cls, f"{key}.{k}", x, where, text, root, prefix, out, f"{prefix}{key}.{k}")
+        return
+    if dot and key not in als: raise unknown(prefix + key)   # a dotted alias (`teacher_overrides.model_name`) goes on
     if key in secs and isinstance(v, dict):
         for k, x in v.items(): _resolve(secs[key], str(k), x, where, text, root, f"{prefix}{key}.", out, f"{prefix}{key}.{k}")
         return

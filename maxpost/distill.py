@@ -22,7 +22,7 @@ from pydantic import model_validator
 
 from .addition import EOS, DigitTokenizer, addition_split
 from .checkpoint import load_any
-from .config import ConfigError, PosInt, error_line, user_errors
+from .config import ConfigError, PosInt, alias, error_line, user_errors
 from .distill_losses import DistillKeys, distill_loss, distill_token_losses, offline_distill_loss
 from .distill_onpolicy import OnPolicyKeys, Resampler, batch_kind, sample_seed, stop_ids
 from .distributed import is_main_process, process_allgather
@@ -51,6 +51,12 @@ class DistillConfig(OnPolicyKeys, DistillKeys, SFTConfig):
     teacher_logits_path: str = ""           # offline: the folder of `python -m maxpost.distill_logits`; "": online
     teacher_logprobs_dtype: Literal["float32", "float16"] = "float32"   # distill_logits: the stored log-probs' dtype
     teacher_logits_shard_size: PosInt = 256  # distill_logits: examples per shard file
+    key_aliases = (      # MaxText's distillation.yml: the two models' keys in `student_overrides:` and `teacher_overrides:`
+        alias("teacher_overrides.load_parameters_path", "teacher_load_parameters_path", note="MaxText's teacher section"),
+        alias("teacher_overrides.model_name", "teacher_model_name", note="MaxText's teacher section"),
+        alias("teacher_overrides.distill_teacher_top_k", "distill_teacher_top_k", note="MaxText's teacher section"),
+        alias("student_overrides.load_parameters_path", "load_parameters_path", note="MaxText's student section"),
+        alias("student_overrides.model_name", "model_name", note="MaxText's student section"))
 
     @model_validator(mode="after")
     def _check_distill(self):

@@ -18,8 +18,8 @@ from .config import Config, ConfigError, Fraction, NonNegInt, PosFloat
 from .head_loss import FUSED_CHUNK, VOCAB_BLOCK, _chunked, _over_blocks, _rows, _scaled
 
 # %% auto #0
-__all__ = ['TAIL_FLOOR', 'DistillKeys', 'check_vocab', 'check_top_k', 'div_terms', 'distill_token_losses', 'distill_loss',
-           'teacher_buckets', 'student_lse', 'offline_distill_loss']
+__all__ = ['TAIL_FLOOR', 'DistillKeys', 'check_top_k', 'div_terms', 'distill_token_losses', 'distill_loss', 'teacher_buckets',
+           'student_lse', 'offline_distill_loss']
 
 # %% ../nbs/05e_distill_losses.ipynb #33112fd5
 class DistillKeys(Config):
@@ -28,12 +28,6 @@ class DistillKeys(Config):
     distill_temperature: PosFloat = 1.0    # τ: both distributions are softmax(logits / τ); the term is scaled by τ²
     distill_jsd_beta: Fraction = 0.0       # GKD's β: 0 forward KL(teacher ‖ student), 1 reverse KL, between: JSD(β)
     distill_teacher_top_k: NonNegInt = 0   # offline: the teacher's top-k log-probs per token; 0: the teacher runs online
-
-def check_vocab(student_vocab: int, teacher_vocab: int):
-    "A one-line error when teacher and student do not share a vocabulary (they must share the tokenizer)."
-    if student_vocab != teacher_vocab:
-        raise ConfigError(f"teacher_overrides: the teacher's vocabulary ({teacher_vocab} tokens) differs from the "
-                          f"student's ({student_vocab}); distillation needs one tokenizer", key="teacher_overrides")
 
 def check_top_k(top_k: int, vocab_size: int):
     "A one-line error when the teacher's top-k exceeds the vocabulary."

@@ -61,6 +61,22 @@ def cli_env(tmp: Path, devices: int | None = None, xla_flags: str = "", **extra)
     if xla_flags: env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
     return env
 
+# A command on a tiny preset (`model_name=tiny-…`) compiles far more than it computes: its programs run for
+# milliseconds. Its subprocess gets LLVM at -O0 (as the notebooks' processes, tests/test_notebooks.py), which only
+# makes the CPU backend's generated code less optimized. Measured on the 2-core EPYC (session 28, four tiny-llama RL
+# CLI tests of test_rl.py, each with a fresh compilation cache): 168 → 127 CPU s. Real models keep the default: their
+# decode loops run long enough that -O0 costs more than it saves (test_convert's KV-cache checks: 58 → 70 CPU s).
+# MAXPOST_TINY_XLA_OPT sets the level ("": the compiler's default, as before).
+_TINY_OPT = os.environ.get("MAXPOST_TINY_XLA_OPT", "0")
+O0 = f"--xla_backend_optimization_level={_TINY_OPT}"
+
+def compile_cheaply(cmd, env: dict | None) -> dict | None:
+    "`env` with O0 added to XLA_FLAGS when `cmd` names a tiny preset (`model_name=tiny-…`); else `env` unchanged."
+    if not _TINY_OPT or not any(str(a).startswith("model_name=tiny-") for a in cmd): return env
+    env = dict(os.environ if env is None else env)
+    if O0 not in env.get("XLA_FLAGS", ""): env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {O0}".strip()
+    return env
+
 def last_json(stdout: str) -> dict:
     "The last line of a command's stdout (the CLIs' summary), parsed as JSON."
     return json.loads(stdout.strip().splitlines()[-1])
@@ -68,7 +84,8 @@ def last_json(stdout: str) -> dict:
 def run_json(cmd, env, timeout=600) -> dict:
     "Run `cmd` in the repo root, assert it exited 0 (else show the tails of its output) and return `last_json`."
     import subprocess
-    r = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    r = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=compile_cheaply(cmd, env), cwd=ROOT,
+                       timeout=timeout)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     return last_json(r.stdout)
 
@@ -79,7 +96,7 @@ def read_metrics(run_dir) -> list[dict]:
 def run_module(module, *args, timeout=900, check=True, env=None):
     "Run `python -m module key=value…` in a subprocess; returns CompletedProcess (stdout+stderr captured)."
     import subprocess
-    e = dict(os.environ, **(env or {}))
+    e = compile_cheaply(args, dict(os.environ, **(env or {})))
     r = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
                        timeout=timeout, env=e, cwd=ROOT)
     if check and r.returncode != 0:
@@ -171,10 +188,13 @@ def hf_gemma():
     from maxpost.convert.from_gguf import embedded_hf
     return embedded_hf("gemma3-270m")
 
-def kill_at(cmd, env, ckpt: Path, timeout: float):
-    "Start `cmd`, SIGKILL it the moment `ckpt` (a checkpoint folder) exists; asserts that the kill ended it."
+def kill_at(cmd, env, ckpt: Path, timeout: float, cheap: bool = True):
+    """Start `cmd`, SIGKILL it the moment `ckpt` (a checkpoint folder) exists; asserts that the kill ended it.
+    cheap: `compile_cheaply`, the flags of the CLI runs it is compared with (`run_json`); False when it is compared with
+    runs in this process, which compile with the default flags (bitwise comparisons need the same code)."""
     import signal, subprocess, time
-    p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, env=compile_cheaply(cmd, env) if cheap else env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     while not ckpt.exists() and p.poll() is None and time.time() - t0 < timeout: time.sleep(0.01)
     p.send_signal(signal.SIGKILL); p.wait()
@@ -254,7 +274,8 @@ def run_together(*jobs, timeout: float = 600) -> list:
     try:
         for cmd, env in jobs:
             out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            procs.append((cmd, subprocess.Popen([str(a) for a in cmd], stdout=out, stderr=err, env=env, cwd=ROOT), out, err))
+            procs.append((cmd, subprocess.Popen([str(a) for a in cmd], stdout=out, stderr=err, env=compile_cheaply(cmd, env),
+                                                cwd=ROOT), out, err))
         t_end, res = time.time() + timeout, []
         for cmd, p, out, err in procs:
             p.wait(timeout=max(1.0, t_end - time.time()))
