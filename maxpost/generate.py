@@ -261,9 +261,8 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
     `maxpost.sampler_mesh.DecodeLayout` that pins the caches and rows to a mesh (None: no constraint); attention: the
     scanned step's (`maxpost.decode_attention.decode_attention_impl`); kept, chunk: the prefill extends a kept cache
-    over the last `chunk` slots (`maxpost.prefix_reuse.extend_prefill`; None, 0: a full prefill).
-    Returns tokens, log π, log q [B, N], lengths [B], decode steps () (return_cache: and the rows' own cache; keep: and
-    each row's KV, `keep_kv`)."""
+    over the last `chunk` slots (`maxpost.prefix_reuse.extend_prefill`; None, 0: all); keep: and each row's KV last.
+    Returns tokens, log π, log q [B, N], lengths [B], decode steps () (return_cache: and the rows' own cache)."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
@@ -343,7 +342,7 @@ class NativeEngine:
         self.max_prefill = min(int(max_prefill), self.max_len - 1)         # longest prompt accepted
         self.stop_token_ids = tuple(stop_token_ids) if stop_token_ids is not None else default_stop_token_ids(tokenizer)
         self.progress = progress
-        # reuse_prefixes: keep each row's KV for the next call to extend (`maxpost.prefix_reuse`; n = 1, no mesh)
+        # reuse_prefixes: keep each row's KV for the next call to extend (`maxpost.prefix_reuse`; n = 1, one chip)
         self.reuse_prefixes, self._kept = bool(reuse_prefixes), PrefixStore()
         self.stats: dict = dict(self._kept.totals)
 
@@ -371,7 +370,7 @@ def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, 
     """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
     stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`).
     reuse_prefixes (None: the engine's): extend the KV kept from the previous call's row of the same stream id where
-    the prompt starts with that row's tokens, and keep this call's (`maxpost.prefix_reuse`; n = 1 and no mesh only)."""
+    the prompt starts with that row's tokens, and keep this call's (`maxpost.prefix_reuse`; n = 1, a mesh of one chip at most)."""
     sp = params or SamplingParams()
     ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
     streams = check_stream_ids(stream_ids, len(ids))
@@ -382,7 +381,7 @@ def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, 
             raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the cache's "
                              f"max_len={self.max_len}")
     reuse = self.reuse_prefixes if reuse_prefixes is None else reuse_prefixes
-    self._kept.start(bool(reuse) and sp.n == 1 and self.mesh is None)
+    self._kept.start(bool(reuse) and sp.n == 1 and (self.mesh is None or self.mesh.size == 1))
     stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
     stop_arr = np.full(max(8, bucket_batch(len(stop))), -1, np.int32); stop_arr[:len(stop)] = stop
     # pieces: up to R samples of one prompt, prefilled once and decoded as R rows; P pieces per compiled call
