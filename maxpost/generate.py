@@ -361,7 +361,11 @@ class NativeEngine:
             if self.mesh is None: leaves.append(jnp.asarray(v, dtype))   # same dtype: the compiled program is reused
             else: leaves.append(jax.device_put(v.astype(dtype) if v.dtype != dtype else v, self._shardings[n]))
         self._state = jax.tree.unflatten(self._treedef, leaves)
-        self._kept.drop()                               # the kept KV is the old weights'
+        self.drop_prefixes()                            # the kept KV is the old weights'
+
+    def drop_prefixes(self):
+        "Forget the rows' KV kept for the next call (`reuse_prefixes`): its memory is freed once a rollout is over."
+        self._kept.drop()
 
 # %% ../nbs/06_generate.ipynb #87ffc48b
 @patch

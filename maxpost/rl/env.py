@@ -203,6 +203,7 @@ def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: 
     before = (st.get("prompt_tokens_total"), st.get("cached_prompt_tokens_total"))
     eps = multi_turn_rollout(engine_generate(engine, params, reuse_prefixes), envs, ep_rows, engine.tokenizer, params.max_tokens,
                              max_length, sids)
+    if hasattr(engine, "drop_prefixes"): engine.drop_prefixes()    # the episodes are over: free their kept KV
     res = episode_results(eps)
     for k, r in enumerate(res): r.prompt_index, r.sample_index = k // G, k % G
     counts = tool_counts(eps, per_episode)
