@@ -7,12 +7,16 @@ KV cache between turns). Each prefill is timed as a `max_tokens=1` call on the s
 of the same shapes (no compile in the timings); the warm start is 20 SFT steps (the tests' `tool_ckpt`), enough that
 most episodes call the calculator.
 
-    python benchmarks/tool_prefill.py [--steps 3] [--call-steps 20]
+    python benchmarks/tool_prefill.py [--steps 3] [--call-steps 20] [--reuse on|off]
     python benchmarks/tool_prefill.py --model smollm2-135m [--steps 3] [--batch 4] [--group 4]
 
 `--model smollm2-135m`: the same measurement on a real model, the embedded SmolLM2-135M-Instruct (LoRA, float32) on
 GSM8K's train split with the calculator (`dataset_type=gsm8k tools=calculator max_turns=2`, as the tool tutorial's
 command), no warm start: how often the model calls the tool is the shipped model's own.
+
+`--reuse`: whether the rollout's engine calls keep each episode's KV between turns and prefill only the new tokens
+(`maxpost.prefix_reuse`, what tool RL does by default since it was built; `off`: every turn prefilled whole, as
+before). The last column is the share of the rollout's prompt tokens served from the kept KV.
 """
 import argparse, time
 from dataclasses import replace
@@ -28,14 +32,16 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=3); ap.add_argument("--call-steps", type=int, default=20)
 ap.add_argument("--model", default="tiny-llama", choices=["tiny-llama", "smollm2-135m"])
 ap.add_argument("--batch", type=int, default=4); ap.add_argument("--group", type=int, default=4)
+ap.add_argument("--reuse", default="on", choices=["on", "off"])
 a = ap.parse_args()
 
 class Recording:
     "The engine, its generate calls recorded: (turn sequences, params, stream ids, seconds, results)."
     def __init__(self, engine): self.engine, self.calls = engine, []
     def __getattr__(self, k): return getattr(self.engine, k)
-    def generate(self, prompts, params, *, stream_ids=None):
-        t0 = time.perf_counter(); out = self.engine.generate(prompts, params, stream_ids=stream_ids)
+    def generate(self, prompts, params, *, stream_ids=None, reuse_prefixes=None):
+        reuse = bool(reuse_prefixes) and a.reuse == "on"
+        t0 = time.perf_counter(); out = self.engine.generate(prompts, params, stream_ids=stream_ids, reuse_prefixes=reuse)
         self.calls.append((prompts, params, stream_ids, time.perf_counter() - t0, out)); return out
 
 def prefill_seconds(engine, seqs, params, sids) -> float:
@@ -73,7 +79,7 @@ state = trainer.init_state()
 engine = Recording(make_rollout_engine(cfg, trainer, state, tok))
 stream = PromptStream(train, 0)
 print("| step | step s | rollout s | turn-1 call s | later turns' calls s | their prefill, whole sequence s | "
-      "their prefill, new tokens only s | tokens prefilled again | turns |\n|---|---|---|---|---|---|---|---|---|")
+      "their prefill, new tokens only s | tokens prefilled again | turns | served from kept KV |\n|---|---|---|---|---|---|---|---|---|---|")
 for s in range(a.steps):
     engine.calls = []
     t0 = time.perf_counter(); state, m, _ = rl_step(trainer, state, engine, stream, fns, weights)
@@ -90,4 +96,5 @@ for s in range(a.steps):
         new += prefill_seconds(engine.engine, news, sp, sids)
         held = {sid: len(q) + len(r.token_ids) for q, sid, r in zip(seqs, sids, res)}
     print(f"| {s + 1} | {step_s:.2f} | {m['time/rollout']:.2f} | {calls[0][3]:.2f} | {sum(c[3] for c in later):.2f} | "
-          f"{full:.2f} | {new:.2f} | {again} | {m['tools/turns_mean']:.2f} |", flush=True)
+          f"{full:.2f} | {new:.2f} | {again} | {m['tools/turns_mean']:.2f} | {m.get('tools/prefix_cache_hit_rate', 0.0):.3f} |",
+          flush=True)

@@ -26,6 +26,7 @@ from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache
                            positions_from_mask, tpu_lowering)
 from .lean_sample import head_logits_t, lean_draw
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
+from .prefix_reuse import PrefixStore, extend_prefill, keep_kv
 from .decode_attention import decode_attention_impl
 from .sampler_mesh import check_mesh, constrain_state, data_size, decode_layout, decode_param_shardings, padded_prompts
 from .checkpoint import load_model
@@ -250,26 +251,26 @@ def trace_count() -> int:
     return _TRACE_COUNT[0]
 
 # %% ../nbs/06_generate.ipynb #62053ba6
-@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache", "attention"))
+@partial(jax.jit, static_argnames=("graphdef", "max_new", "with_sampling_logprobs", "scan", "layout", "return_cache", "attention",
+                                   "chunk", "keep"))
 def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, max_tokens, temperature, top_k,
                     top_p, *, graphdef, max_new: int, with_sampling_logprobs: bool, scan=None, layout=None, return_cache=False,
-                    attention="xla"):
+                    attention="xla", kept=None, chunk: int = 0, keep: bool = False):
     """Prefill + decode loop. tokens/segment_ids [U, T] left-padded prompts; the B = U·R rows are R samples of each
     (row b samples prompt b // R); real [B] bool; row_ids [B, 2] (stream id, sample index); stop_ids [E] (-1 =
     unused); scan: the scanned decode step or the unrolled one (None: `use_scan("auto")`); layout: a
     `maxpost.sampler_mesh.DecodeLayout` that pins the caches and rows to a mesh (None: no constraint); attention: the
-    scanned step's (`maxpost.decode_attention.decode_attention_impl`).
+    scanned step's (`maxpost.decode_attention.decode_attention_impl`); kept, chunk: the prefill extends a kept cache
+    over the last `chunk` slots (`maxpost.prefix_reuse.extend_prefill`; None, 0: all); keep: and each row's KV last.
     Returns tokens, log π, log q [B, N], lengths [B], decode steps () (return_cache: and the rows' own cache)."""
     _TRACE_COUNT[0] += 1
     model = nnx.merge(graphdef, state)
     cfg = model.cfg
     U, T = tokens.shape
-    B, N, R = real.shape[0], max_new, real.shape[0] // U
+    B, N, R, K, hd = real.shape[0], max_new, real.shape[0] // U, cfg.num_kv_heads, cfg.head_dim
     con = layout.constrain if layout is not None else (lambda x, axes: x)
     tokens, segment_ids = con(tokens, "UT"), con(segment_ids, "UT")
-    positions = positions_from_mask((segment_ids > 0).astype(jnp.int32))           # [U, T]
-    hidden, pre = model(tokens, positions, segment_ids, init_cache(cfg, U, T, model.dtype), return_hidden=True)
-    pre = dict(pre, k=con(pre["k"], "LUTKH"), v=con(pre["v"], "LUTKH"))
+    positions, hidden, pre = extend_prefill(model, tokens, segment_ids, kept, chunk, con)   # [U, T], [U, S, d], cache
     logits = con(jnp.repeat(model.logits(hidden[:, -1]), R, axis=0), "BV")      # [B, V] float32
     if scan is None: scan = use_scan("auto")
     if scan:                                                                       # `maxpost.scan_decode`
@@ -278,7 +279,6 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
     else:
         pk, pv = pre["k"].transpose(0, 1, 3, 4, 2), pre["v"].transpose(0, 1, 3, 2, 4)  # [L, U, K, hd, T], [L, U, K, T, hd]
         prefix = (tuple(con(k, "UKHT") for k in pk), tuple(con(v, "UKTH") for v in pv))
-        K, hd = cfg.num_kv_heads, cfg.head_dim
         cache = (tuple(tuple(jnp.zeros((B, K, hd, n), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)),
                  tuple(tuple(jnp.zeros((B, K, n, hd), model.dtype) for n in decode_blocks(N)) for _ in range(cfg.num_layers)))
     rope = rope_tables(cfg, T + N + 1, model.dtype)
@@ -308,7 +308,8 @@ def _generate_batch(state, tokens, segment_ids, real, row_ids, seed, stop_ids, m
                     out_lq=put(c["out_lq"], jnp.where(live, lq, 0.0))), scan)
 
     c = jax.lax.while_loop(cond, body, c)
-    return (c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]) + ((c["cache"],) if return_cache else ())
+    return ((c["out_tok"], c["out_lp"], c["out_lq"], c["lengths"], c["step"]) + ((c["cache"],) if return_cache else ())
+            + ((keep_kv(pre, c["cache"]),) if keep else ()))
 
 # %% ../nbs/06_generate.ipynb #6718d57d
 def _to_state_leaves(params) -> dict:
@@ -323,7 +324,7 @@ class NativeEngine:
     "Pure-JAX sampler over a maxpost `Decoder`: bucketed batched prefill + a jitted while_loop decode."
     def __init__(self, model: Decoder, tokenizer=None, *, max_batch: int = 64, max_prefill: int = 2048,
                  max_len: int | None = None, stop_token_ids: Sequence[int] | None = None, progress: bool = False,
-                 decode: str = "auto", mesh=None, decode_attention: str = "xla"):
+                 decode: str = "auto", mesh=None, decode_attention: str = "xla", reuse_prefixes: bool = False):
         use_scan(decode); decode_attention_impl(decode_attention)   # a bad value fails here, before any compute
         self.decode_attention = decode_attention        # the scanned step's attention: `decode_attention_impl`
         self.mesh = check_mesh(mesh) if mesh is not None else None   # `maxpost.sampler_mesh`: weights, rows, caches
@@ -341,7 +342,9 @@ class NativeEngine:
         self.max_prefill = min(int(max_prefill), self.max_len - 1)         # longest prompt accepted
         self.stop_token_ids = tuple(stop_token_ids) if stop_token_ids is not None else default_stop_token_ids(tokenizer)
         self.progress = progress
-        self.stats: dict = {}
+        # reuse_prefixes: keep each row's KV for the next call to extend (`maxpost.prefix_reuse`; n = 1, one chip)
+        self.reuse_prefixes, self._kept = bool(reuse_prefixes), PrefixStore()
+        self.stats: dict = dict(self._kept.totals)
 
     def sync_weights(self, params):
         """Use new weights (a Decoder, nnx.State or name → array dict of the same shapes) from the next call on.
@@ -358,13 +361,20 @@ class NativeEngine:
             if self.mesh is None: leaves.append(jnp.asarray(v, dtype))   # same dtype: the compiled program is reused
             else: leaves.append(jax.device_put(v.astype(dtype) if v.dtype != dtype else v, self._shardings[n]))
         self._state = jax.tree.unflatten(self._treedef, leaves)
+        self.drop_prefixes()                            # the kept KV is the old weights'
+
+    def drop_prefixes(self):
+        "Forget the rows' KV kept for the next call (`reuse_prefixes`): its memory is freed once a rollout is over."
+        self._kept.drop()
 
 # %% ../nbs/06_generate.ipynb #87ffc48b
 @patch
 def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, *,
-             stream_ids: Sequence[int] | None = None) -> list[GenerationResult]:
+             stream_ids: Sequence[int] | None = None, reuse_prefixes: bool | None = None) -> list[GenerationResult]:
     """`n` completions of every prompt (token-id lists or strings), ordered by prompt then sample.
-    stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`)."""
+    stream_ids: one int per prompt that keys its random stream (default: its position in `prompts`).
+    reuse_prefixes (None: the engine's): extend the KV kept from the previous call's row of the same stream id where
+    the prompt starts with that row's tokens, and keep this call's (`maxpost.prefix_reuse`; n = 1, a mesh of one chip at most)."""
     sp = params or SamplingParams()
     ids = encode_prompts(prompts, self.tokenizer, self.cfg.vocab_size)
     streams = check_stream_ids(stream_ids, len(ids))
@@ -374,6 +384,8 @@ def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, 
         if len(p) + sp.max_tokens > self.max_len:
             raise ValueError(f"prompt {i} ({len(p)} tokens) + max_tokens={sp.max_tokens} exceeds the cache's "
                              f"max_len={self.max_len}")
+    reuse = self.reuse_prefixes if reuse_prefixes is None else reuse_prefixes
+    self._kept.start(bool(reuse) and sp.n == 1 and (self.mesh is None or self.mesh.size == 1))
     stop = sp.stop_token_ids if sp.stop_token_ids is not None else self.stop_token_ids
     stop_arr = np.full(max(8, bucket_batch(len(stop))), -1, np.int32); stop_arr[:len(stop)] = stop
     # pieces: up to R samples of one prompt, prefilled once and decoded as R rows; P pieces per compiled call
@@ -394,7 +406,8 @@ def generate(self: NativeEngine, prompts, params: SamplingParams | None = None, 
         if bar is not None: bar.update(len(res))
     if bar is not None: bar.close()
     dt = time.perf_counter() - t0
-    self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9))
+    self.stats = dict(batches=len(chunks), steps=steps, tokens=ntok, seconds=dt, tokens_per_s=ntok / max(dt, 1e-9),
+                      **self._kept.finish())
     return apply_stop_strings([out[(p, s)] for p in range(len(ids)) for s in range(sp.n)], self.tokenizer, sp.stop)
 
 # %% ../nbs/06_generate.ipynb #1dd07b11
@@ -418,12 +431,13 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
     if layout is not None:                           # the inputs where the program wants them
         tokens, seg = (jax.device_put(x, layout.sharding("UT")) for x in (tokens, seg))
         real, row_ids = jax.device_put(real, layout.sharding("B")), jax.device_put(row_ids, layout.sharding("BN"))
+    kept, S = self._kept.plan([ids[p] for p, _ in chunk], [streams[p] for p, _ in chunk], U, T)   # S = 0: all
     outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                            np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                            np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,
                            with_sampling_logprobs=bool(sp.sampling_logprobs), scan=use_scan(self.decode, self._state),
-                           layout=layout, attention=self.decode_attention)
-    out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs)
+                           layout=layout, attention=self.decode_attention, kept=kept, chunk=S, keep=self._kept.on)
+    out_tok, out_lp, out_lq, lengths, nsteps = jax.device_get(outs[:5])
     res, texts_in = {}, []
     for b, p, s in rows:
         n = int(lengths[b])
@@ -433,6 +447,7 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
         res[(p, s)] = GenerationResult(prompt_index=p, sample_index=s, prompt_token_ids=ids[p], token_ids=toks,
                                        text="", logprobs=out_lp[b, :n].astype(np.float32), finish_reason=reason,
                                        sampling_logprobs=out_lq[b, :n].astype(np.float32) if sp.sampling_logprobs else None)
+    if self._kept.on: self._kept.add(outs[5], T, [(b, ids[p], streams[p], res[(p, s)].token_ids) for b, p, s in rows])
     if self.tokenizer is not None:
         for (key, r), text in zip(res.items(), self.tokenizer.batch_decode(texts_in, skip_special_tokens=True)):
             r.text = text

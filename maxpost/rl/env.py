@@ -9,6 +9,7 @@ Docs: https://maxpost.github.io/maxpost/rl_env.html.md"""
 # %% ../../nbs/10e_rl_env.ipynb #6255a2ec
 from __future__ import annotations
 from dataclasses import dataclass, field, replace
+from inspect import signature
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -154,12 +155,14 @@ def multi_turn_rollout(generate: Callable, envs: Sequence, rows: Sequence[dict],
     return eps
 
 # %% ../../nbs/10e_rl_env.ipynb #1072e549
-def engine_generate(engine, params) -> Callable:
-    "The rollout's `generate` over an `Engine`: one sample per sequence at `params`, the seed varied by turn."
+def engine_generate(engine, params, reuse_prefixes: bool = True) -> Callable:
+    """The rollout's `generate` over an `Engine`: one sample per sequence at `params`, the seed varied by turn.
+    reuse_prefixes: an engine whose `generate` takes it (native) keeps each episode's KV between turns."""
+    kw = {"reuse_prefixes": True} if reuse_prefixes and "reuse_prefixes" in signature(engine.generate).parameters else {}
     def generate(seqs, turn: int, stream_ids, max_tokens: int):
         sp = replace(params, n=1, max_tokens=int(max_tokens), sampling_logprobs=True,
                      seed=(int(params.seed) + 1_000_003 * int(turn)) % 2**32)
-        return engine.generate([list(s) for s in seqs], sp, stream_ids=stream_ids)
+        return engine.generate([list(s) for s in seqs], sp, stream_ids=stream_ids, **kw)
     return generate
 
 # %% ../../nbs/10e_rl_env.ipynb #382d74f9
@@ -189,16 +192,18 @@ def tool_counts(episodes: Sequence[Episode], per_episode: bool = False) -> dict:
     return per if per_episode else {"episodes": len(episodes), **{k: sum(v) for k, v in per.items()}}
 
 def tool_rollout(engine, rows: Sequence[dict], params, box: ToolBox, max_turns: int, max_length: int,
-                 stream_ids: Sequence[int], per_episode: bool = False) -> tuple[list, dict]:
-    "(engine results, tool_counts) of `params.n` episodes per row (`prompt_messages` the first observation), prompt-major."
+                 stream_ids: Sequence[int], per_episode: bool = False, reuse_prefixes: bool = True) -> tuple[list, dict]:
+    """(engine results, tool_counts) of `params.n` episodes per row (`prompt_messages` the first observation), prompt-major.
+    reuse_prefixes: the native engine keeps each episode's KV between turns (`engine_generate`)."""
     G = int(params.n)
     envs = [ScoredByRun(box, max_turns) for _ in range(len(rows) * G)]
     ep_rows = [dict(r, prompt=r["prompt_messages"]) for r in rows for _ in range(G)]
     sids = [int(s) * G + g for s in stream_ids for g in range(G)]
-    st = getattr(engine, "stats", None) or {}       # an engine with a prefix cache (vLLM) counts its hits
+    st = getattr(engine, "stats", None) or {}       # an engine with a prefix cache (vLLM, native) counts its hits
     before = (st.get("prompt_tokens_total"), st.get("cached_prompt_tokens_total"))
-    eps = multi_turn_rollout(engine_generate(engine, params), envs, ep_rows, engine.tokenizer, params.max_tokens,
+    eps = multi_turn_rollout(engine_generate(engine, params, reuse_prefixes), envs, ep_rows, engine.tokenizer, params.max_tokens,
                              max_length, sids)
+    if hasattr(engine, "drop_prefixes"): engine.drop_prefixes()    # the episodes are over: free their kept KV
     res = episode_results(eps)
     for k, r in enumerate(res): r.prompt_index, r.sample_index = k // G, k % G
     counts = tool_counts(eps, per_episode)
