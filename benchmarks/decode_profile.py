@@ -20,7 +20,8 @@ import jax, jax.numpy as jnp
 from flax import nnx
 from maxpost.convert.from_gguf import embedded_hf
 from maxpost.engine import make_engine
-from maxpost.generate import _generate_batch, decode_blocks, decode_weights, sample_tokens
+from maxpost.generate import _generate_batch, decode_blocks, decode_weights
+from maxpost.sampling import sample_tokens
 
 
 def best(f, *a, reps=5):

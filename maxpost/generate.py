@@ -24,7 +24,8 @@ from .engine import (ENGINES, Engine, EngineUnavailableError, GenerationResult, 
 from .blocks import rope_cos_sin, softcap
 from .model import (Decoder, LAYER_KEYS, decoder_layer, fuse_weights, init_cache, layer_inv_freqs,
                            positions_from_mask, tpu_lowering)
-from .lean_sample import head_logits_t, lean_draw
+from .lean_sample import head_logits_t
+from .sampling import sample_tokens
 from .scan_decode import scan_caches, scan_decode_step, scan_decode_weights
 from .prefix_reuse import PrefixStore, extend_prefill, keep_kv
 from .decode_attention import decode_attention_impl
@@ -34,88 +35,8 @@ from .rewards import build_prompt, load_gsm8k
 from .convert.from_gguf import embedded_hf
 
 # %% auto #0
-__all__ = ['DECODE_BLOCK', 'DECODE_PROGRAMS', 'truncate_logits', 'inverse_cdf_sample', 'sample_tokens', 'bucket_length',
-           'bucket_batch', 'decode_weights', 'decode_blocks', 'rope_tables', 'cached_attention', 'decode_step',
-           'use_scan', 'trace_count', 'NativeEngine', 'benchmark']
-
-# %% ../nbs/06_generate.ipynb #aff475ad
-def truncate_logits(x, top_k, top_p):
-    "Set logits outside the top-k, then outside the top-p nucleus, to -inf. x [B, V]; top_k int (0 = off), top_p float."
-    V = x.shape[-1]
-    desc = -jnp.sort(-x, axis=-1)                                        # [B, V] largest first
-    idx = jnp.arange(V)
-    k = jnp.where(top_k > 0, jnp.minimum(top_k, V), V)
-    in_k = idx[None, :] < k                                              # [1, V]
-    desc = jnp.where(in_k, desc, -jnp.inf)
-    probs = jax.nn.softmax(desc, axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs                          # mass strictly before each index
-    keep = in_k & (before < top_p)
-    thresh = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # [B, 1]
-    return jnp.where(x >= thresh, x, -jnp.inf)
-
-# %% ../nbs/06_generate.ipynb #7de4ec95
-def inverse_cdf_sample(z, u, block: int = 256, with_lse: bool = False):
-    """Index [B] drawn from softmax(z) (z [B, V], -inf allowed) by uniforms u [B] in [0, 1): two-level inverse CDF.
-    with_lse: also return logsumexp(z) [B], from the same exponentials."""
-    B, V = z.shape
-    nb = -(-V // block)
-    zmax = jnp.max(z, axis=-1, keepdims=True)
-    p = jnp.exp(z - zmax)                                                # [B, V] unnormalised, 0 where z = -inf
-    p = jnp.pad(p, ((0, 0), (0, nb * block - V))).reshape(B, nb, block)  # [B, nb, block]
-    bs = p.sum(-1)                                                       # [B, nb] block masses
-    cb = jnp.cumsum(bs, axis=-1)
-    t = u * cb[:, -1]                                                    # [B] target mass
-    blk = jnp.minimum(jnp.sum(cb <= t[:, None], axis=-1), nb - 1)        # first block whose running sum exceeds t
-    take = lambda a, i: jnp.take_along_axis(a, i[:, None], axis=-1)[:, 0]
-    rem = t - (take(cb, blk) - take(bs, blk))                            # target within the block
-    pb = jnp.take_along_axis(p, blk[:, None, None], axis=1)[:, 0]        # [B, block]
-    j = jnp.minimum(jnp.sum(jnp.cumsum(pb, axis=-1) <= rem[:, None], axis=-1), block - 1)
-    # u near 1: rounding (sum against cumsum) may carry j past the block's last token with mass; take that token
-    j = jnp.minimum(j, block - 1 - jnp.argmax(pb[:, ::-1] > 0, axis=-1))
-    ok = take(pb, j) > 0                                                 # false only for a block without mass
-    tok = (blk * block + j).astype(jnp.int32)
-    fix = lambda tok: jnp.where(ok, tok, jnp.argmax(z, axis=-1).astype(jnp.int32))   # a full pass over V: only if needed
-    tok = jax.lax.cond(jnp.all(ok), lambda tok: tok, fix, tok)
-    return (tok, zmax[:, 0] + jnp.log(cb[:, -1])) if with_lse else tok
-
-# %% ../nbs/06_generate.ipynb #3aecef73
-def sample_tokens(logits, keys, step, temperature, top_k, top_p, with_sampling_logprobs: bool = False,
-                  lean: bool = False):
-    """Next tokens [B] int32, log π [B] (raw logits), log q [B] (sampling distribution; 0 if greedy or not asked).
-    logits [B, V] float32; keys [B] typed PRNG keys, one per row; step int (folded into each row's key).
-    lean: logits come transposed, [V, B], and untruncated sampling draws with `maxpost.lean_sample.lean_draw` (no
-    [B, V] temporaries; the accelerators' program); greedy and truncated draws are the same as without it."""
-    lt = logits if lean else None
-    logits = logits.T if lean else logits                                 # lean: only the branches that need it
-    B = logits.shape[0]
-    at = lambda x, tok: jnp.take_along_axis(x, tok[:, None], axis=-1)[:, 0]
-    lse = lambda x: jax.nn.logsumexp(x, axis=-1)
-    uniforms = lambda: jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys)   # [B]
-    def greedy(_):
-        if lean:                                          # on [V, B] as it comes: no transpose
-            tok = jnp.argmax(lt, axis=0).astype(jnp.int32)
-            return tok, jnp.take_along_axis(lt, tok[None, :], axis=0)[0] - jax.nn.logsumexp(lt, axis=0), jnp.zeros((B,), jnp.float32)
-        tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        return tok, at(logits, tok) - lse(logits), jnp.zeros((B,), jnp.float32)
-    def sample(_):
-        truncated = (top_k > 0) | (top_p < 1.0)
-        z = logits / temperature
-        z = jax.lax.cond(truncated, lambda z: truncate_logits(z, top_k, top_p), lambda z: z, z)
-        tok, lse_z = inverse_cdf_sample(z, uniforms(), with_lse=True)
-        lq = (at(z, tok) - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
-        # log π needs logsumexp of the raw logits: when z is the raw logits (temperature 1, nothing truncated), the
-        # sampler's exponentials already gave it; otherwise it is one more pass over V
-        lse_pi = jax.lax.cond(truncated | (temperature != 1.0), lambda _: lse(logits), lambda _: lse_z, None)
-        return tok, at(logits, tok) - lse_pi, lq.astype(jnp.float32)
-    def sample_lean(_):
-        tok, lse_z = lean_draw(lt, uniforms(), temperature)
-        lv = jnp.take_along_axis(lt, tok[None, :], axis=0)[0]
-        lq = (lv / temperature - lse_z) if with_sampling_logprobs else jnp.zeros((B,), jnp.float32)
-        lse_pi = jax.lax.cond(temperature != 1.0, lambda _: jax.nn.logsumexp(lt, axis=0), lambda _: lse_z, None)
-        return tok, lv - lse_pi, lq.astype(jnp.float32)
-    draw = (lambda _: jax.lax.cond((top_k > 0) | (top_p < 1.0), sample, sample_lean, None)) if lean else sample
-    tok, lp, lq = jax.lax.cond(temperature > 0, draw, greedy, None)
-    return tok, lp.astype(jnp.float32), lq
+__all__ = ['DECODE_BLOCK', 'DECODE_PROGRAMS', 'bucket_length', 'bucket_batch', 'decode_weights', 'decode_blocks', 'rope_tables',
+           'cached_attention', 'decode_step', 'use_scan', 'trace_count', 'NativeEngine', 'benchmark']
 
 # %% ../nbs/06_generate.ipynb #13c9bdef
 def bucket_length(n: int, minimum: int = 16, step: int = 64) -> int:
@@ -431,7 +352,7 @@ def _run(self: NativeEngine, chunk, R: int, P: int, ids, streams, sp: SamplingPa
     if layout is not None:                           # the inputs where the program wants them
         tokens, seg = (jax.device_put(x, layout.sharding("UT")) for x in (tokens, seg))
         real, row_ids = jax.device_put(real, layout.sharding("B")), jax.device_put(row_ids, layout.sharding("BN"))
-    kept, S = self._kept.plan([ids[p] for p, _ in chunk], [streams[p] for p, _ in chunk], U, T)   # S = 0: all
+    kept, S = self._kept.plan([ids[p] for p, _ in chunk], [streams[p] for p, _ in chunk], U, T, bucket_length)
     outs = _generate_batch(self._state, tokens, seg, real, row_ids, np.uint32(sp.seed), stop_arr,
                            np.int32(sp.max_tokens), np.float32(sp.temperature), np.int32(sp.top_k),
                            np.float32(sp.top_p), graphdef=self.graphdef, max_new=N,

@@ -1,4 +1,4 @@
-"""The native sampler's draw on accelerators: the same two-level inverse CDF as `maxpost.generate.inverse_cdf_sample`, with no temperature-scaled or exponentiated copy of the logits.
+"""The native sampler's draw on accelerators: the same two-level inverse CDF as `maxpost.sampling.inverse_cdf_sample`, with no temperature-scaled or exponentiated copy of the logits.
 
 Docs: https://maxpost.github.io/maxpost/lean_sample.html.md"""
 

@@ -95,15 +95,15 @@ def common_prefix(a, b) -> int:
 
 # %% ../nbs/06g_prefix_reuse.ipynb #d15b127a
 @patch
-def plan(self: PrefixStore, seqs, streams, U: int, T: int):
-    "(kept cache dict(k, v) [L, U, T, K, hd] or None, chunk S; 0: a full prefill) of one compiled batch; counts it."
-    from maxpost.generate import bucket_length          # circle: maxpost.generate imports this module
+def plan(self: PrefixStore, seqs, streams, U: int, T: int, bucket=lambda n: n):
+    """(kept cache dict(k, v) [L, U, T, K, hd] or None, chunk S; 0: a full prefill) of one compiled batch; counts it.
+    bucket: the length rule of the engine's compiled shapes, which S follows (`maxpost.generate.bucket_length`)."""
     hits = []
     for ids, sid in zip(seqs, streams):
         e = self.rows.get(int(sid)) if self.on else None
         hits.append((e, min(common_prefix(ids, e[3]), len(ids) - 1) if e is not None else 0))
     new = [len(ids) - k for ids, (_, k) in zip(seqs, hits)]
-    S = min(bucket_length(max(new)), T) if any(k for _, k in hits) else T
+    S = min(bucket(max(new)), T) if any(k for _, k in hits) else T
     c = self.call
     c["prompt_tokens"] += sum(map(len, seqs)); c["new_prompt_tokens"] += sum(new); c["prefill_chunks"].append(S)
     c["cached_prompt_tokens"] += sum(max(0, len(ids) - S) for ids in seqs)
