@@ -1,4 +1,4 @@
-"""`math_verify`'s symbolic comparison in a memory-capped worker process with a wall-clock budget per comparison: the symbolic stage of `is_correct`.
+"""`math_verify`'s symbolic comparison in a memory-capped worker process with a CPU-time budget per comparison: the symbolic stage of `is_correct`.
 
 Docs: https://maxpost.github.io/maxpost/math_verify.html.md"""
 
@@ -12,13 +12,14 @@ from fastcore.basics import patch
 logger = logging.getLogger("maxpost.rewards")
 
 # %% auto #0
-__all__ = ['logger', 'MV_MAX_CHARS', 'MV_MAX_DEPTH', 'MV_TIMEOUT_S', 'MV_MEMORY_BYTES', 'MV_STARTUP_S', 'warm_math_verify',
-           'mv_equal']
+__all__ = ['logger', 'MV_MAX_CHARS', 'MV_MAX_DEPTH', 'MV_TIMEOUT_S', 'MV_WALL_FACTOR', 'MV_MEMORY_BYTES', 'MV_STARTUP_S',
+           'warm_math_verify', 'mv_equal']
 
 # %% ../../nbs/07b_math_verify.ipynb #d457e7bf
 MV_MAX_CHARS = 200             # math_verify only sees strings up to this long ...
 MV_MAX_DEPTH = 10              # ... with at most this brace/parenthesis nesting
-MV_TIMEOUT_S = 0.5             # wall-clock budget of one math_verify comparison, once the worker is ready
+MV_TIMEOUT_S = 0.5             # CPU budget of one math_verify comparison (the child's own time), once the worker is ready
+MV_WALL_FACTOR = 20            # ... and at most this many times it in wall-clock time (a child that waits)
 MV_MEMORY_BYTES = 1 << 30      # address-space cap of the math_verify worker
 MV_STARTUP_S = 60.0            # budget of a start of the worker (the first, or a replacement)
 
@@ -35,6 +36,7 @@ logging.disable(logging.CRITICAL)
 from math_verify import parse, verify, LatexExtractionConfig
 cfg = [LatexExtractionConfig()]
 def read(s): return parse("$" + s.replace("$", "") + "$", extraction_config=cfg, fallback_mode="no_fallback", parsing_timeout=None)
+verify(read("1"), read(r"\frac{2}{2}"), timeout_seconds=None)   # the first comparison builds the parsers: before "ready"
 sys.stdout.write("ready\n"); sys.stdout.flush()
 for line in sys.stdin:
     try:
@@ -86,6 +88,26 @@ class _MathVerifyWorker:
     def close(self):
         with self.lock: self._kill()
 
+# %% ../../nbs/07b_math_verify.ipynb #7c1a0b02
+def _cpu_s(pid: int) -> float | None:
+    "User + system CPU seconds of process `pid` (Linux's /proc), None where that cannot be read."
+    try:
+        with open(f"/proc/{pid}/stat") as f: fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError): return None
+
+# %% ../../nbs/07b_math_verify.ipynb #7c1a0b04
+@patch
+def _answer(self: _MathVerifyWorker, timeout_s: float) -> bytes | None:
+    "The child's answer line; None once it spent `timeout_s` of CPU on it or `MV_WALL_FACTOR` × that of wall time."
+    c0 = _cpu_s(self.proc.pid)
+    wall_end = time.monotonic() + (timeout_s if c0 is None else MV_WALL_FACTOR * timeout_s)
+    while True:
+        line = self._readline(min(wall_end, time.monotonic() + 0.02))
+        if line is not None: return line
+        if time.monotonic() >= wall_end: return None
+        if c0 is not None and (c := _cpu_s(self.proc.pid)) is not None and c - c0 > timeout_s: return None
+
 # %% ../../nbs/07b_math_verify.ipynb #f6e0384f
 @patch
 def compare(self: _MathVerifyWorker, pred: str, gold: str, timeout_s: float) -> bool | None:
@@ -99,9 +121,8 @@ def compare(self: _MathVerifyWorker, pred: str, gold: str, timeout_s: float) -> 
             line = self._readline(time.monotonic() + MV_STARTUP_S)
             if line != b"ready": raise EOFError("math_verify worker did not start")
             self.ready = True; self.failures = 0
-        deadline = time.monotonic() + timeout_s     # the comparison's own budget starts once the worker is ready
         self.proc.stdin.write((json.dumps([pred, gold]) + "\n").encode()); self.proc.stdin.flush()
-        line = self._readline(deadline)
+        line = self._answer(timeout_s)              # the comparison's own budget starts once the worker is ready
         if line is None:                                           # overran: kill, and start a replacement
             self._kill(); self._spawn(); return None
         return {b"1": True, b"0": False}.get(line.strip())
